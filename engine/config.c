@@ -1,0 +1,714 @@
+// SPDX-License-Identifier: MIT
+/*
+ * config.c - the one configuration parser: INI files (via libinih) and the
+ * single-key setters that command-line front ends share with it.
+ *
+ * libinih does the tokenising; around it sits a line reader of our own that
+ * (a) counts physical lines, so every message carries the right line number
+ * without relying on how the installed libinih was built, (b) strips leading
+ * blanks, so indentation is just indentation and never libinih's multi-line
+ * continuation (an indented "file =" would otherwise silently become a
+ * second value of the previous key), and (c) sees section headers, so empty
+ * or repeated sections are reported even though libinih only calls us for
+ * key = value lines.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <bionbd/config.h>
+
+/* Larger files are certainly not configuration files. */
+#define CONF_MAX_FILE_BYTES (1u << 20)
+
+static void __attribute__((format(printf, 3, 4)))
+set_err(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!errbuf || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(errbuf, errlen, fmt, ap);
+	va_end(ap);
+}
+
+int conf_parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "1", "true", "yes", "on" };
+	static const char *const no[] = { "0", "false", "no", "off" };
+	size_t i;
+
+	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (!strcasecmp(s, yes[i])) {
+			*out = true;
+			return 0;
+		}
+		if (!strcasecmp(s, no[i])) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+int conf_parse_chunk(const char *s, uint64_t *out, char *errbuf,
+		     size_t errlen)
+{
+	uint64_t v;
+
+	if (parse_size(s, &v)) {
+		set_err(errbuf, errlen, "not a size (e.g. 64K, 1M)");
+		return -EINVAL;
+	}
+	if (v & (v - 1) || v < STRIPE_MIN_CHUNK || v > STRIPE_MAX_CHUNK) {
+		set_err(errbuf, errlen,
+			"stripe size must be a power of two from %uK to %uG",
+			STRIPE_MIN_CHUNK >> 10, STRIPE_MAX_CHUNK >> 30);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+/* Parse a decimal number in [min, max]; no sign, no suffix. */
+static int parse_uint(const char *s, unsigned int min, unsigned int max,
+		      unsigned int *out)
+{
+	unsigned long v;
+	char *end;
+
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return -EINVAL;
+	*out = (unsigned int)v;
+	return 0;
+}
+
+/* Replace *slot with a copy of @value. */
+static int set_string(char **slot, const char *value)
+{
+	char *s = strdup(value);
+
+	if (!s)
+		return -ENOMEM;
+	free(*slot);
+	*slot = s;
+	return 0;
+}
+
+int conf_export_init(struct conf_export *e, const char *name)
+{
+	memset(e, 0, sizeof(*e));
+	e->chunk_bytes = STRIPE_DEFAULT_CHUNK;
+	e->name = strdup(name);
+	return e->name ? 0 : -ENOMEM;
+}
+
+void conf_export_release(struct conf_export *e)
+{
+	unsigned int i;
+
+	for (i = 0; i < e->nr_members; i++)
+		free(e->members[i]);
+	free(e->members);
+	free(e->name);
+	free(e->description);
+	memset(e, 0, sizeof(*e));
+}
+
+static int export_add_member(struct conf_export *e, const char *path,
+			     char *errbuf, size_t errlen)
+{
+	char **v;
+	unsigned int i;
+
+	if (!*path) {
+		set_err(errbuf, errlen, "file=: empty path");
+		return -EINVAL;
+	}
+	/*
+	 * Only the spelling is compared here; volume_open() compares the
+	 * files themselves (symlinks, hard links) before creating anything.
+	 */
+	for (i = 0; i < e->nr_members; i++) {
+		if (!strcmp(e->members[i], path)) {
+			set_err(errbuf, errlen,
+				"file=%s: the same member is listed twice",
+				path);
+			return -EINVAL;
+		}
+	}
+	v = realloc(e->members, (e->nr_members + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	e->members = v;
+	v[e->nr_members] = strdup(path);
+	if (!v[e->nr_members])
+		return -ENOMEM;
+	e->nr_members++;
+	return 0;
+}
+
+int conf_export_set(struct conf_export *e, const char *key, const char *value,
+		    char *errbuf, size_t errlen)
+{
+	char why[128];
+	uint64_t v;
+	bool b;
+
+	if (!strcmp(key, "file"))
+		return export_add_member(e, value, errbuf, errlen);
+
+	if (!strcmp(key, "stripe-size")) {
+		if (conf_parse_chunk(value, &v, why, sizeof(why))) {
+			set_err(errbuf, errlen, "%s=%s: %s", key, value, why);
+			return -EINVAL;
+		}
+		e->chunk_bytes = v;
+		return 0;
+	}
+	if (!strcmp(key, "size")) {
+		if (parse_size(value, &v)) {
+			set_err(errbuf, errlen,
+				"%s=%s: not a size (e.g. 4G, 512M, 1048576)",
+				key, value);
+			return -EINVAL;
+		}
+		/* The engine addresses sectors; a ragged tail is unreachable. */
+		if (v % SECTOR_SIZE) {
+			set_err(errbuf, errlen,
+				"%s=%s: not a multiple of %u bytes", key,
+				value, SECTOR_SIZE);
+			return -EINVAL;
+		}
+		e->size_bytes = v;
+		return 0;
+	}
+	if (!strcmp(key, "read-only")) {
+		if (conf_parse_bool(value, &b)) {
+			set_err(errbuf, errlen,
+				"%s=%s: expected true or false", key, value);
+			return -EINVAL;
+		}
+		e->readonly = b;
+		return 0;
+	}
+	if (!strcmp(key, "description")) {
+		if (strlen(value) > CONF_MAX_NAME_BYTES) {
+			set_err(errbuf, errlen,
+				"%s: longer than %u bytes", key,
+				CONF_MAX_NAME_BYTES);
+			return -EINVAL;
+		}
+		if (!*value) {
+			free(e->description);
+			e->description = NULL;
+			return 0;
+		}
+		return set_string(&e->description, value);
+	}
+	set_err(errbuf, errlen,
+		"%s=%s: unknown key (export keys: file, stripe-size, size, "
+		"read-only, description)",
+		key, value);
+	return -ENOENT;
+}
+
+int conf_export_check(const struct conf_export *e, char *errbuf,
+		      size_t errlen)
+{
+	if (!e->nr_members) {
+		set_err(errbuf, errlen, "no member: add at least one file=PATH");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void conf_export_volume(const struct conf_export *e, struct volume_config *vc)
+{
+	memset(vc, 0, sizeof(*vc));
+	vc->members = (const char *const *)e->members;
+	vc->nr_members = e->nr_members;
+	vc->chunk_bytes = e->chunk_bytes;
+	vc->size_bytes = e->size_bytes;
+	vc->readonly = e->readonly;
+}
+
+void conf_server_release(struct conf_server *s)
+{
+	free(s->listen);
+	free(s->socket);
+	memset(s, 0, sizeof(*s));
+}
+
+int conf_server_set(struct conf_server *s, const char *key, const char *value,
+		    char *errbuf, size_t errlen)
+{
+	unsigned int n;
+
+	if (!strcmp(key, "listen") || !strcmp(key, "socket")) {
+		if (!*value) {
+			set_err(errbuf, errlen, "%s=: empty value", key);
+			return -EINVAL;
+		}
+		return set_string(key[0] == 'l' ? &s->listen : &s->socket,
+				  value);
+	}
+	if (!strcmp(key, "port")) {
+		if (parse_uint(value, 1, 65535, &n)) {
+			set_err(errbuf, errlen,
+				"%s=%s: expected a port number 1..65535", key,
+				value);
+			return -EINVAL;
+		}
+		s->port = n;
+		return 0;
+	}
+	if (!strcmp(key, "threads")) {
+		if (parse_uint(value, 1, CONF_MAX_THREADS, &n)) {
+			set_err(errbuf, errlen,
+				"%s=%s: expected a number 1..%u", key, value,
+				CONF_MAX_THREADS);
+			return -EINVAL;
+		}
+		s->threads = n;
+		return 0;
+	}
+	if (!strcmp(key, "backend")) {
+		if (ioq_backend_parse(value, &s->backend)) {
+			set_err(errbuf, errlen,
+				"%s=%s: expected io_uring or threads", key,
+				value);
+			return -EINVAL;
+		}
+		s->backend_set = true;
+		return 0;
+	}
+	set_err(errbuf, errlen,
+		"%s=%s: unknown key (server keys: listen, port, socket, "
+		"threads, backend)",
+		key, value);
+	return -ENOENT;
+}
+
+/* -------- the file parser -------- */
+
+enum section { SEC_NONE, SEC_SERVER, SEC_EXPORT };
+
+struct parser {
+	struct conf *c;
+	const char *name; /* for messages */
+	const char *basedir; /* NULL: keep relative paths */
+	const char *text, *pos, *end;
+	unsigned int line; /* physical line last handed to libinih */
+	enum section sec;
+	unsigned int cur; /* index of the current export */
+	unsigned int server_line;
+	int err; /* first error, 0 = none */
+	unsigned int err_line;
+	char *errbuf;
+	size_t errlen;
+};
+
+static void __attribute__((format(printf, 3, 4)))
+fail(struct parser *p, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (p->err)
+		return; /* the first error is the one worth reading */
+	p->err = err;
+	p->err_line = p->line;
+	if (!p->errbuf || !p->errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(p->errbuf, p->errlen, fmt, ap);
+	va_end(ap);
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+static int add_export(struct parser *p, const char *name)
+{
+	struct conf *c = p->c;
+	struct conf_export *v;
+	int r;
+
+	v = realloc(c->exports, (c->nr_exports + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	c->exports = v;
+	r = conf_export_init(&v[c->nr_exports], name);
+	if (r)
+		return r;
+	v[c->nr_exports].line = p->line;
+	p->cur = c->nr_exports++;
+	return 0;
+}
+
+/* A "[...]" line: @s is what lies between the brackets. */
+static void begin_section(struct parser *p, char *s)
+{
+	const struct conf_export *e;
+	char *name;
+
+	s = trim(s);
+	if (!strcmp(s, "server")) {
+		if (p->c->has_server) {
+			fail(p, -EINVAL,
+			     "%s:%u: duplicate [server] section (first at line %u)",
+			     p->name, p->line, p->server_line);
+			return;
+		}
+		p->c->has_server = true;
+		p->server_line = p->line;
+		p->sec = SEC_SERVER;
+		return;
+	}
+	if (strncmp(s, "export", 6) || (s[6] && s[6] != ' ' && s[6] != '\t')) {
+		fail(p, -EINVAL,
+		     "%s:%u: unknown section [%s] (expected [export NAME] or [server])",
+		     p->name, p->line, s);
+		return;
+	}
+	name = trim(s + 6);
+	if (!*name) {
+		fail(p, -EINVAL,
+		     "%s:%u: [export] needs a name: [export NAME]", p->name,
+		     p->line);
+		return;
+	}
+	e = conf_find_export(p->c, name);
+	if (e) {
+		fail(p, -EINVAL,
+		     "%s:%u: duplicate export '%s' (first defined at line %u)",
+		     p->name, p->line, name, e->line);
+		return;
+	}
+	if (add_export(p, name)) {
+		fail(p, -ENOMEM, "%s:%u: out of memory", p->name, p->line);
+		return;
+	}
+	p->sec = SEC_EXPORT;
+}
+
+/*
+ * libinih's fgets-style reader: one physical line per call, leading blanks
+ * dropped, section headers noted.  Returning NULL ends the parse, which is
+ * how an error found here or in the handler stops it.
+ */
+static char *conf_reader(char *str, int num, void *stream)
+{
+	struct parser *p = stream;
+	const char *s = p->pos, *nl;
+	size_t len;
+	char *close;
+
+	if (p->err || s >= p->end)
+		return NULL;
+	nl = memchr(s, '\n', p->end - s);
+	p->pos = nl ? nl + 1 : p->end;
+	p->line++;
+	/* A UTF-8 byte order mark is not part of the first line's text. */
+	if (p->line == 1 && p->end - s >= 3 && !memcmp(s, "\xef\xbb\xbf", 3))
+		s += 3;
+	while (s < p->pos && (*s == ' ' || *s == '\t'))
+		s++;
+	len = p->pos - s;
+	if (len + 1 > (size_t)num) {
+		fail(p, -EINVAL, "%s:%u: line too long (at most %d characters)",
+		     p->name, p->line, num - 2);
+		return NULL;
+	}
+	memcpy(str, s, len);
+	str[len] = '\0';
+
+	/*
+	 * Mirror libinih's rule: the header ends at ']' and " ;" starts a
+	 * comment.  A header libinih will reject (no ']') is left to it, so
+	 * it comes back as a syntax error on this line.
+	 */
+	if (str[0] == '[') {
+		for (close = str + 1; *close && *close != ']'; close++)
+			if (*close == ';' && isspace((unsigned char)close[-1]))
+				break;
+		if (*close == ']') {
+			char hdr[256];
+			size_t n = close - (str + 1);
+
+			if (n >= sizeof(hdr))
+				n = sizeof(hdr) - 1;
+			memcpy(hdr, str + 1, n);
+			hdr[n] = '\0';
+			begin_section(p, hdr);
+			if (p->err)
+				return NULL;
+		}
+	}
+	return str;
+}
+
+/* Join a relative path to the configuration file's directory. */
+static char *resolve_path(const struct parser *p, const char *value)
+{
+	size_t n;
+	char *r;
+
+	if (!p->basedir || value[0] == '/' || !value[0])
+		return strdup(value);
+	n = strlen(p->basedir) + 1 + strlen(value) + 1;
+	r = malloc(n);
+	if (r)
+		snprintf(r, n, "%s/%s", p->basedir, value);
+	return r;
+}
+
+static int conf_handler(void *user, const char *section, const char *key,
+			const char *value)
+{
+	struct parser *p = user;
+	char msg[512];
+	char *path = NULL;
+	int r;
+
+	if (p->err)
+		return 0;
+	switch (p->sec) {
+	case SEC_NONE:
+		fail(p, -EINVAL,
+		     "%s:%u: %s=%s: outside any section (start with [export NAME] or [server])",
+		     p->name, p->line, key, value);
+		return 0;
+	case SEC_SERVER:
+		if (!strcmp(key, "socket")) {
+			path = resolve_path(p, value);
+			if (!path)
+				goto nomem;
+			value = path;
+		}
+		r = conf_server_set(&p->c->server, key, value, msg,
+				    sizeof(msg));
+		free(path);
+		if (r == -ENOMEM)
+			goto nomem;
+		if (r) {
+			fail(p, r == -ENOENT ? -EINVAL : r, "%s:%u: [server] %s",
+			     p->name, p->line, msg);
+			return 0;
+		}
+		return 1;
+	case SEC_EXPORT:
+		if (!strcmp(key, "file")) {
+			path = resolve_path(p, value);
+			if (!path)
+				goto nomem;
+			value = path;
+		}
+		r = conf_export_set(&p->c->exports[p->cur], key, value, msg,
+				    sizeof(msg));
+		free(path);
+		if (r == -ENOMEM)
+			goto nomem;
+		if (r) {
+			fail(p, r == -ENOENT ? -EINVAL : r,
+			     "%s:%u: [export %s] %s", p->name, p->line,
+			     p->c->exports[p->cur].name, msg);
+			return 0;
+		}
+		return 1;
+	}
+	return 0;
+nomem:
+	fail(p, -ENOMEM, "%s:%u: out of memory", p->name, p->line);
+	return 0;
+}
+
+/* Quote line @lineno of the text in a syntax error message. */
+static void syntax_error(struct parser *p, unsigned int lineno)
+{
+	const char *s = p->text, *nl;
+	char shown[81];
+	size_t n;
+	unsigned int i;
+
+	for (i = 1; i < lineno && s < p->end; i++) {
+		nl = memchr(s, '\n', p->end - s);
+		s = nl ? nl + 1 : p->end;
+	}
+	nl = memchr(s, '\n', p->end - s);
+	n = (nl ? nl : p->end) - s;
+	if (n >= sizeof(shown))
+		n = sizeof(shown) - 1;
+	memcpy(shown, s, n);
+	shown[n] = '\0';
+	p->err = 0;
+	p->line = lineno;
+	fail(p, -EINVAL,
+	     "%s:%u: syntax error: expected [section] or key = value, got '%s'",
+	     p->name, lineno, trim(shown));
+}
+
+int conf_parse_string(struct conf **out, const char *text, const char *name,
+		      const char *basedir, char *errbuf, size_t errlen)
+{
+	struct parser p = {
+		.name = name,
+		.basedir = basedir,
+		.text = text,
+		.pos = text,
+		.end = text + strlen(text),
+		.errbuf = errbuf,
+		.errlen = errlen,
+	};
+	unsigned int i;
+	char msg[512];
+	int r;
+
+	if (errbuf && errlen)
+		errbuf[0] = '\0';
+	p.c = calloc(1, sizeof(*p.c));
+	if (!p.c || !(p.c->path = strdup(name))) {
+		free(p.c);
+		set_err(errbuf, errlen, "%s: out of memory", name);
+		return -ENOMEM;
+	}
+
+	r = ini_parse_stream(conf_reader, &p, conf_handler, &p);
+	/*
+	 * libinih keeps going after a syntax error and returns the first
+	 * bad line; ours stop the parse.  Whichever came first is reported.
+	 */
+	if (r > 0 && (!p.err || (unsigned int)r < p.err_line))
+		syntax_error(&p, (unsigned int)r);
+	else if (r < 0 && !p.err)
+		fail(&p, -ENOMEM, "%s: out of memory", name);
+	if (p.err)
+		goto err;
+
+	if (!p.c->nr_exports) {
+		fail(&p, -EINVAL, "%s: no [export NAME] section", name);
+		goto err;
+	}
+	for (i = 0; i < p.c->nr_exports; i++) {
+		const struct conf_export *e = &p.c->exports[i];
+
+		if (conf_export_check(e, msg, sizeof(msg))) {
+			fail(&p, -EINVAL, "%s:%u: [export %s] %s", name,
+			     e->line, e->name, msg);
+			goto err;
+		}
+	}
+	*out = p.c;
+	return 0;
+err:
+	conf_free(p.c);
+	return p.err;
+}
+
+int conf_load(struct conf **out, const char *path, char *errbuf,
+	      size_t errlen)
+{
+	char *text = NULL, *dir = NULL, *absdir = NULL, *slash;
+	size_t len = 0, n;
+	FILE *f;
+	int r;
+
+	f = fopen(path, "re");
+	if (!f) {
+		r = -errno;
+		set_err(errbuf, errlen, "%s: %s", path, strerror(-r));
+		return r;
+	}
+	text = malloc(CONF_MAX_FILE_BYTES + 1);
+	if (!text) {
+		r = -ENOMEM;
+		set_err(errbuf, errlen, "%s: out of memory", path);
+		goto out;
+	}
+	while ((n = fread(text + len, 1, CONF_MAX_FILE_BYTES + 1 - len, f)))
+		len += n;
+	if (ferror(f)) {
+		r = -EIO;
+		set_err(errbuf, errlen, "%s: read error", path);
+		goto out;
+	}
+	if (len > CONF_MAX_FILE_BYTES) {
+		r = -EFBIG;
+		set_err(errbuf, errlen, "%s: larger than %u bytes", path,
+			CONF_MAX_FILE_BYTES);
+		goto out;
+	}
+	text[len] = '\0';
+	if (strlen(text) != len) {
+		r = -EINVAL;
+		set_err(errbuf, errlen, "%s: contains a NUL byte (not a text file)",
+			path);
+		goto out;
+	}
+
+	/*
+	 * Members are relative to the file, not to whoever started us, and
+	 * made absolute now because servers chdir("/") when they daemonize.
+	 */
+	slash = strrchr(path, '/');
+	dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path))
+		    : strdup(".");
+	if (dir)
+		absdir = realpath(dir, NULL);
+	if (!absdir) {
+		r = dir ? -errno : -ENOMEM;
+		set_err(errbuf, errlen, "%s: %s", path, strerror(-r));
+		goto out;
+	}
+	r = conf_parse_string(out, text, path, absdir, errbuf, errlen);
+out:
+	free(absdir);
+	free(dir);
+	free(text);
+	fclose(f);
+	return r;
+}
+
+void conf_free(struct conf *c)
+{
+	unsigned int i;
+
+	if (!c)
+		return;
+	for (i = 0; i < c->nr_exports; i++)
+		conf_export_release(&c->exports[i]);
+	free(c->exports);
+	conf_server_release(&c->server);
+	free(c->path);
+	free(c);
+}
+
+const struct conf_export *conf_find_export(const struct conf *c,
+					   const char *name)
+{
+	unsigned int i;
+
+	for (i = 0; i < c->nr_exports; i++)
+		if (!strcmp(c->exports[i].name, name))
+			return &c->exports[i];
+	return NULL;
+}

@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ioq.h - per-thread I/O queues: where file targets send their I/O and
+ * where completions turn into bio_endio() calls.
+ *
+ * Every thread that submits bios owns one ioq and makes it current.  Two
+ * backends sit behind the same interface:
+ *
+ *  - io_uring (default): the ioq is a ring.  SQEs are queued by submit_bio
+ *    and pushed to the kernel in batches (ioq_flush, or a libev prepare
+ *    watcher); CQEs are reaped on the owning thread.
+ *  - threads: a shared pool of workers does preadv/pwritev/fdatasync/
+ *    fallocate and hands each finished bio back to the ioq it came from
+ *    through a locked list and the ioq's eventfd.
+ *
+ * Either way a bio completes on the thread that submitted it, so nothing
+ * above the engine needs locks.
+ *
+ * How a caller waits:
+ *  - an event loop watches ioq_event_fd() and calls ioq_reap() (ioq_ev.h
+ *    does this for libev);
+ *  - a thread that has nothing else to do (an nbdkit worker) calls
+ *    submit_bio_wait(), which submits and blocks in its own ring.  This was
+ *    chosen over handing bios to engine threads because it costs no thread
+ *    hop and no wake-up in either direction: on tmpfs most io_uring reads
+ *    complete inside io_uring_enter itself (see bench/ for the figures).
+ */
+#ifndef BIONBD_IOQ_H
+#define BIONBD_IOQ_H
+
+#include <stdbool.h>
+
+#include <bionbd/bio.h>
+
+struct target;
+struct ioq;
+
+enum ioq_backend {
+	IOQ_IO_URING = 0,
+	IOQ_THREADS = 1,
+};
+
+/* "io_uring" / "threads" -> enum; returns 0 or -EINVAL. */
+int ioq_backend_parse(const char *name, enum ioq_backend *out);
+const char *ioq_backend_name(enum ioq_backend b);
+
+/**
+ * ioq_create - make an I/O queue for the calling thread
+ * @backend: IOQ_IO_URING or IOQ_THREADS
+ * @depth: ring entries (rounded up to a power of two; 0 = 256).  More bios
+ *         than that may be in flight; extra SQEs wait in userspace.
+ *
+ * Returns 0 or -errno; -ENOSYS/-EPERM when io_uring is not available.
+ */
+int ioq_create(struct ioq **out, enum ioq_backend backend, unsigned int depth);
+
+/** ioq_destroy - must have nothing in flight (ioq_inflight() == 0). */
+void ioq_destroy(struct ioq *q);
+
+/** ioq_set_current - make @q the queue this thread's submissions use. */
+void ioq_set_current(struct ioq *q);
+struct ioq *ioq_current(void);
+
+/** ioq_backend_of - which backend @q runs. */
+enum ioq_backend ioq_backend_of(const struct ioq *q);
+
+/** ioq_inflight - backend operations started and not yet reaped. */
+unsigned int ioq_inflight(const struct ioq *q);
+
+/**
+ * ioq_flush - push queued work to the kernel / the pool now
+ * Returns 0 or -errno.
+ */
+int ioq_flush(struct ioq *q);
+
+/**
+ * ioq_reap - run the completions that are ready, without blocking
+ * Returns the number of bios ended or advanced, or -errno.
+ */
+int ioq_reap(struct ioq *q);
+
+/**
+ * ioq_wait - flush, then block until at least one completion was reaped
+ * (or nothing is in flight).  Returns >= 0 or -errno.
+ */
+int ioq_wait(struct ioq *q);
+
+/**
+ * ioq_event_fd - an eventfd that becomes readable when ioq_reap has work
+ * The caller must not read it; ioq_reap drains it.  Returns the fd or -errno.
+ */
+int ioq_event_fd(struct ioq *q);
+
+/**
+ * submit_bio_wait - submit @bio to @t and wait for it on the current ioq
+ *
+ * Takes over @bio's end_io and private for the duration.  Other bios on the
+ * same ioq keep completing meanwhile.  Returns the bio's status (0/-errno).
+ */
+int submit_bio_wait(struct target *t, struct bio *bio);
+
+/**
+ * ioq_pool_set_threads - size of the shared thread-pool backend (before the
+ * first IOQ_THREADS queue is created; default 8).  Returns 0 or -EBUSY.
+ */
+int ioq_pool_set_threads(unsigned int n);
+
+#endif /* BIONBD_IOQ_H */

@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * internal.h - what engine files share with each other and nobody else.
+ */
+#ifndef BIONBD_INTERNAL_H
+#define BIONBD_INTERNAL_H
+
+#ifndef BIONBD_INTERNAL
+#error "internal.h is private to the engine; use <bionbd/...> headers"
+#endif
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include <bionbd/bio.h>
+#include <bionbd/ioq.h>
+#include <bionbd/target.h>
+
+#define container_of(ptr, type, member)                                        \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define likely(x) __builtin_expect(!!(x), 1)
+
+/* A regular file or block device, as the backends see it. */
+struct file_target {
+	struct target t;
+	int fd;
+	bool is_blockdev;
+	bool readonly;
+};
+
+static inline struct file_target *to_file_target(struct target *t)
+{
+	return container_of(t, struct file_target, t);
+}
+
+/*
+ * How write-zeroes is carried out: a sequence of fallocate modes tried in
+ * turn while the file system answers EOPNOTSUPP, ending with writing zero
+ * buffers (unless REQ_NOFALLBACK).  One table serves both backends.
+ */
+enum zero_step {
+	ZS_PUNCH, /* FALLOC_FL_PUNCH_HOLE | KEEP_SIZE */
+	ZS_ZERO_RANGE, /* FALLOC_FL_ZERO_RANGE | KEEP_SIZE */
+	ZS_PUNCH_THEN_ALLOC, /* punch, then fallocate(0) over the range */
+	ZS_ALLOC, /* second half of the above */
+	ZS_WRITE, /* pwrite from the zero buffer */
+	ZS_FAIL, /* -EOPNOTSUPP: fast zero not possible */
+	ZS_DONE, /* nothing more to do (advisory discard) */
+};
+
+/* First step for @bio (REQ_OP_WRITE_ZEROES or REQ_OP_DISCARD). */
+enum zero_step zero_first_step(const struct bio *bio);
+/* Next step after @step failed with -EOPNOTSUPP. */
+enum zero_step zero_next_step(const struct bio *bio, enum zero_step step);
+/* fallocate mode for a fallocate step. */
+int zero_step_mode(enum zero_step step);
+
+/* A read-only buffer of zeros, ZERO_BUF_BYTES long, for ZS_WRITE. */
+#define ZERO_BUF_BYTES (1u << 20)
+const void *zero_buf(void);
+
+/* Zero the data of a read bio from @iter on (a member's EOF). */
+void bio_iter_zero(const struct bio *bio, struct bvec_iter iter);
+
+/*
+ * Build an iovec array for a data bio from @iter on; returns the count
+ * (<= max).  Stops early when @max segments are filled; the caller issues
+ * the rest after the partial completion.
+ */
+unsigned int bio_iter_to_iovec(const struct bio *bio, struct bvec_iter iter,
+			       struct iovec *iov, unsigned int max);
+
+/* Report a failed I/O through the front end's hook (target.c). */
+void target_report_error(const struct target *t, const struct bio *bio,
+			 int err);
+
+/* Allocation extents of [off, off+len) of a file target into bio->bi_ext. */
+int file_extents(struct file_target *ft, struct bio *bio);
+
+/*
+ * Carry out one whole bio on a file synchronously (thread pool backend),
+ * with requeue on short I/O.  Returns 0 or -errno; does not end the bio's
+ * byte count (the caller does that on the owning thread).
+ */
+int file_do_sync(struct file_target *ft, struct bio *bio);
+
+/* Backend ops behind struct ioq. */
+struct ioq_ops {
+	void (*submit)(struct ioq *q, struct file_target *ft, struct bio *bio);
+	int (*flush)(struct ioq *q);
+	int (*reap)(struct ioq *q);
+	int (*wait)(struct ioq *q);
+	int (*event_fd)(struct ioq *q);
+	void (*destroy)(struct ioq *q);
+};
+
+struct ioq {
+	const struct ioq_ops *ops;
+	enum ioq_backend backend;
+	unsigned int inflight;
+};
+
+int uring_ioq_create(struct ioq **out, unsigned int depth);
+int threads_ioq_create(struct ioq **out, unsigned int depth);
+
+#endif /* BIONBD_INTERNAL_H */

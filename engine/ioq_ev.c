@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ioq_ev.c - libev watchers that flush and reap an ioq on its loop's thread.
+ */
+#include "internal.h"
+
+#include <bionbd/ioq_ev.h>
+
+static void ioq_ev_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+	struct ioq_ev *iw = container_of(w, struct ioq_ev, prepare);
+
+	ioq_flush(iw->q);
+	ioq_reap(iw->q);
+	if (iw->after_reap)
+		iw->after_reap(iw);
+}
+
+static void ioq_ev_io_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct ioq_ev *iw = container_of(w, struct ioq_ev, io);
+
+	ioq_reap(iw->q);
+}
+
+int ioq_ev_start(struct ioq_ev *w, struct ioq *q, struct ev_loop *loop)
+{
+	int fd = ioq_event_fd(q);
+
+	if (fd < 0)
+		return fd;
+	w->q = q;
+	w->after_reap = NULL;
+	ev_prepare_init(&w->prepare, ioq_ev_prepare_cb);
+	ev_io_init(&w->io, ioq_ev_io_cb, fd, EV_READ);
+	ev_prepare_start(loop, &w->prepare);
+	ev_io_start(loop, &w->io);
+	return 0;
+}
+
+void ioq_ev_stop(struct ioq_ev *w, struct ev_loop *loop)
+{
+	ev_prepare_stop(loop, &w->prepare);
+	ev_io_stop(loop, &w->io);
+}

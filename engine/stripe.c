@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: MIT
+/*
+ * stripe.c - the RAID-0 target.
+ *
+ * The request path is the kernel's raid0 loop: map the front of the bio,
+ * and while it crosses a chunk boundary split the front off, chain it to
+ * the bio and send it to its member; the bio itself, remapped, is the last
+ * piece.  Every op with a range (read, write, discard, write-zeroes,
+ * cache, extents) goes through this one loop; flush fans out instead.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct stripe_target {
+	struct target t;
+	struct stripe_geom g;
+	struct target *members[];
+};
+
+static inline struct stripe_target *to_stripe(struct target *t)
+{
+	return container_of(t, struct stripe_target, t);
+}
+
+int stripe_geom_init(struct stripe_geom *g, unsigned int nr_members,
+		     uint64_t chunk_bytes)
+{
+	if (!nr_members || chunk_bytes < STRIPE_MIN_CHUNK ||
+	    chunk_bytes > STRIPE_MAX_CHUNK || (chunk_bytes & (chunk_bytes - 1)))
+		return -EINVAL;
+	g->nr_members = nr_members;
+	g->chunk_bytes = (uint32_t)chunk_bytes;
+	g->chunk_shift = (unsigned int)__builtin_ctzll(chunk_bytes);
+	return 0;
+}
+
+/* Flush every member in parallel; the bio completes when all have. */
+static void stripe_flush(struct stripe_target *st, struct bio *bio)
+{
+	int err = 0;
+
+	for (unsigned int i = 0; i < st->g.nr_members; i++) {
+		struct bio *clone = bio_clone(bio);
+
+		if (!clone) {
+			err = -ENOMEM;
+			continue;
+		}
+		bio_chain(clone, bio);
+		submit_bio(st->members[i], clone);
+	}
+	bio_endio(bio, 0, err);
+}
+
+static void stripe_submit(struct target *t, struct bio *bio)
+{
+	struct stripe_target *st = to_stripe(t);
+	struct stripe_piece p;
+
+	if (bio_op(bio) == REQ_OP_FLUSH) {
+		stripe_flush(st, bio);
+		return;
+	}
+	for (;;) {
+		struct bio *split;
+
+		stripe_map(&st->g, bio_offset_bytes(bio), bio->bi_iter.bi_size,
+			   &p);
+		if (p.length == bio->bi_iter.bi_size) {
+			bio->bi_iter.bi_sector = p.member_offset >> SECTOR_SHIFT;
+			submit_bio(st->members[p.member], bio);
+			return;
+		}
+		split = bio_split(bio, (unsigned int)(p.length >> SECTOR_SHIFT));
+		if (unlikely(!split)) {
+			/* Pieces already sent still complete; then -ENOMEM. */
+			bio_io_error(bio, -ENOMEM);
+			return;
+		}
+		bio_chain(split, bio);
+		split->bi_iter.bi_sector = p.member_offset >> SECTOR_SHIFT;
+		submit_bio(st->members[p.member], split);
+	}
+}
+
+static void stripe_destroy(struct target *t)
+{
+	struct stripe_target *st = to_stripe(t);
+
+	for (unsigned int i = 0; i < st->g.nr_members; i++)
+		target_destroy(st->members[i]);
+	free(st->t.name);
+	free(st);
+}
+
+static const struct target_ops stripe_target_ops = {
+	.submit = stripe_submit,
+	.destroy = stripe_destroy,
+};
+
+int stripe_target_create(struct target **out, struct target **members,
+			 unsigned int nr, uint64_t chunk_bytes,
+			 uint64_t size_bytes)
+{
+	struct stripe_target *st;
+	struct stripe_geom g;
+	uint64_t min = UINT64_MAX, stripe_bytes, need;
+
+	if (stripe_geom_init(&g, nr, chunk_bytes))
+		return -EINVAL;
+	for (unsigned int i = 0; i < nr; i++)
+		if (members[i]->size_bytes < min)
+			min = members[i]->size_bytes;
+	stripe_bytes = (uint64_t)nr * g.chunk_bytes;
+	if (!size_bytes) {
+		if (min / g.chunk_bytes > UINT64_MAX / stripe_bytes)
+			return -EINVAL;
+		size_bytes = (min / g.chunk_bytes) * stripe_bytes;
+		if (!size_bytes)
+			return -EINVAL;
+	} else {
+		if (size_bytes & (SECTOR_SIZE - 1))
+			return -EINVAL;
+		/* Each member holds ceil(size / stripe) chunks at most. */
+		need = (size_bytes / stripe_bytes +
+			!!(size_bytes % stripe_bytes)) << g.chunk_shift;
+		if (min < need)
+			return -EINVAL;
+	}
+
+	st = calloc(1, sizeof(*st) + nr * sizeof(st->members[0]));
+	if (!st)
+		return -ENOMEM;
+	st->t.name = strdup("stripe");
+	if (!st->t.name) {
+		free(st);
+		return -ENOMEM;
+	}
+	st->t.ops = &stripe_target_ops;
+	st->t.size_bytes = size_bytes;
+	st->t.opt_io_bytes = g.chunk_bytes;
+	st->g = g;
+	memcpy(st->members, members, nr * sizeof(members[0]));
+	*out = &st->t;
+	return 0;
+}

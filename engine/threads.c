@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: MIT
+/*
+ * threads.c - the thread-pool backend, for systems without io_uring or
+ * when asked for.
+ *
+ * One pool of workers serves every queue in the process.  A worker carries
+ * out a whole bio with blocking syscalls (file_do_sync) but never ends it:
+ * it puts the request on its queue's done list and signals the queue's
+ * eventfd, and the queue's own thread calls bio_endio in ioq_reap.  So bios
+ * complete on their submitter's thread, as with io_uring.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+struct threads_ioq;
+
+struct threads_rq {
+	struct threads_rq *next;
+	struct bio *bio;
+	struct file_target *ft;
+	struct threads_ioq *tq;
+	int res;
+};
+
+struct threads_ioq {
+	struct ioq q;
+	int efd;
+	pthread_mutex_t lock; /* guards done */
+	struct threads_rq *done;
+	struct threads_rq *free_rqs; /* owner thread only */
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct threads_rq *head, **tail;
+	unsigned int nr_threads; /* wanted */
+	unsigned int running;
+	unsigned int users; /* queues alive */
+	bool stop;
+	pthread_t *tids;
+} pool = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.cond = PTHREAD_COND_INITIALIZER,
+	.nr_threads = 8,
+};
+
+static inline struct threads_ioq *to_tq(struct ioq *q)
+{
+	return container_of(q, struct threads_ioq, q);
+}
+
+int ioq_pool_set_threads(unsigned int n)
+{
+	int r = 0;
+
+	if (!n || n > 1024)
+		return -EINVAL;
+	pthread_mutex_lock(&pool.lock);
+	if (pool.running)
+		r = -EBUSY;
+	else
+		pool.nr_threads = n;
+	pthread_mutex_unlock(&pool.lock);
+	return r;
+}
+
+static void *pool_worker(void *arg)
+{
+	for (;;) {
+		struct threads_rq *rq;
+		struct threads_ioq *tq;
+		uint64_t one = 1;
+
+		pthread_mutex_lock(&pool.lock);
+		while (!pool.head && !pool.stop)
+			pthread_cond_wait(&pool.cond, &pool.lock);
+		rq = pool.head;
+		if (!rq) { /* stopping and nothing left */
+			pthread_mutex_unlock(&pool.lock);
+			return NULL;
+		}
+		pool.head = rq->next;
+		if (!pool.head)
+			pool.tail = &pool.head;
+		pthread_mutex_unlock(&pool.lock);
+
+		rq->res = file_do_sync(rq->ft, rq->bio);
+
+		tq = rq->tq;
+		pthread_mutex_lock(&tq->lock);
+		rq->next = tq->done;
+		tq->done = rq;
+		pthread_mutex_unlock(&tq->lock);
+		(void)!write(tq->efd, &one, sizeof(one));
+	}
+}
+
+/* Called with pool.lock held. */
+static int pool_start_locked(void)
+{
+	unsigned int i;
+
+	pool.tids = calloc(pool.nr_threads, sizeof(pthread_t));
+	if (!pool.tids)
+		return -ENOMEM;
+	pool.stop = false;
+	pool.tail = &pool.head;
+	for (i = 0; i < pool.nr_threads; i++) {
+		if (pthread_create(&pool.tids[i], NULL, pool_worker, NULL))
+			break;
+	}
+	pool.running = i;
+	if (!i) {
+		free(pool.tids);
+		pool.tids = NULL;
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+static void pool_get(void)
+{
+	pthread_mutex_lock(&pool.lock);
+	pool.users++;
+	pthread_mutex_unlock(&pool.lock);
+}
+
+/* The last queue gone: stop the workers so nothing outlives its user. */
+static void pool_put(void)
+{
+	pthread_t *tids = NULL;
+	unsigned int n = 0;
+
+	pthread_mutex_lock(&pool.lock);
+	if (--pool.users == 0 && pool.running) {
+		pool.stop = true;
+		pthread_cond_broadcast(&pool.cond);
+		tids = pool.tids;
+		n = pool.running;
+		pool.tids = NULL;
+		pool.running = 0;
+	}
+	pthread_mutex_unlock(&pool.lock);
+	for (unsigned int i = 0; i < n; i++)
+		pthread_join(tids[i], NULL);
+	free(tids);
+}
+
+static void threads_submit(struct ioq *q, struct file_target *ft,
+			   struct bio *bio)
+{
+	struct threads_ioq *tq = to_tq(q);
+	struct threads_rq *rq = tq->free_rqs;
+	int r = 0;
+
+	if (rq)
+		tq->free_rqs = rq->next;
+	else if (!(rq = malloc(sizeof(*rq)))) {
+		bio_io_error(bio, -ENOMEM);
+		return;
+	}
+	rq->bio = bio;
+	rq->ft = ft;
+	rq->tq = tq;
+	rq->next = NULL;
+
+	pthread_mutex_lock(&pool.lock);
+	if (!pool.running)
+		r = pool_start_locked();
+	if (!r) {
+		*pool.tail = rq;
+		pool.tail = &rq->next;
+		pthread_cond_signal(&pool.cond);
+	}
+	pthread_mutex_unlock(&pool.lock);
+	if (r) {
+		rq->next = tq->free_rqs;
+		tq->free_rqs = rq;
+		bio_io_error(bio, r);
+		return;
+	}
+	q->inflight++;
+}
+
+static int threads_flush(struct ioq *q)
+{
+	return 0; /* work goes to the pool as it is submitted */
+}
+
+static int threads_reap(struct ioq *q)
+{
+	struct threads_ioq *tq = to_tq(q);
+	struct threads_rq *list;
+	uint64_t v;
+	int n = 0;
+
+	(void)!read(tq->efd, &v, sizeof(v));
+	for (;;) {
+		pthread_mutex_lock(&tq->lock);
+		list = tq->done;
+		tq->done = NULL;
+		pthread_mutex_unlock(&tq->lock);
+		if (!list)
+			return n;
+		while (list) {
+			struct threads_rq *rq = list;
+			struct bio *bio = rq->bio;
+			struct file_target *ft = rq->ft;
+			int res = rq->res;
+
+			list = rq->next;
+			rq->next = tq->free_rqs;
+			tq->free_rqs = rq;
+			q->inflight--;
+			if (res)
+				target_report_error(&ft->t, bio, res);
+			bio_endio(bio, bio->bi_iter.bi_size, res);
+			n++;
+		}
+	}
+}
+
+static int threads_wait(struct ioq *q)
+{
+	struct threads_ioq *tq = to_tq(q);
+	struct pollfd pfd = { .fd = tq->efd, .events = POLLIN };
+	int r;
+
+	r = threads_reap(q);
+	if (r || !q->inflight)
+		return r;
+	if (poll(&pfd, 1, -1) < 0)
+		return -errno;
+	return threads_reap(q);
+}
+
+static int threads_event_fd(struct ioq *q)
+{
+	return to_tq(q)->efd;
+}
+
+static void threads_destroy(struct ioq *q)
+{
+	struct threads_ioq *tq = to_tq(q);
+
+	while (tq->free_rqs) {
+		struct threads_rq *rq = tq->free_rqs;
+
+		tq->free_rqs = rq->next;
+		free(rq);
+	}
+	close(tq->efd);
+	pthread_mutex_destroy(&tq->lock);
+	free(tq);
+	pool_put();
+}
+
+static const struct ioq_ops threads_ops = {
+	.submit = threads_submit,
+	.flush = threads_flush,
+	.reap = threads_reap,
+	.wait = threads_wait,
+	.event_fd = threads_event_fd,
+	.destroy = threads_destroy,
+};
+
+int threads_ioq_create(struct ioq **out, unsigned int depth)
+{
+	struct threads_ioq *tq = calloc(1, sizeof(*tq));
+
+	if (!tq)
+		return -ENOMEM;
+	tq->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (tq->efd < 0) {
+		int r = -errno;
+
+		free(tq);
+		return r;
+	}
+	pthread_mutex_init(&tq->lock, NULL);
+	tq->q.ops = &threads_ops;
+	tq->q.backend = IOQ_THREADS;
+	pool_get();
+	*out = &tq->q;
+	return 0;
+}

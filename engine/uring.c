@@ -1,0 +1,402 @@
+// SPDX-License-Identifier: MIT
+/*
+ * uring.c - the io_uring backend: one ring per ioq, owned by one thread.
+ *
+ * Each backend operation is a struct uring_rq (bio + file + retry state)
+ * from a per-queue free list.  Short reads and writes are finished by ending
+ * the bytes done (bio_endio advances the iterator) and issuing the rest;
+ * -EAGAIN is issued again; write-zeroes walks the fallback ladder from
+ * internal.h one SQE at a time.  When the SQ ring is full, requests wait on
+ * a userspace list instead of failing.
+ */
+#include <errno.h>
+#include <liburing.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define URING_RQ_IOVS 16
+
+struct uring_rq {
+	struct uring_rq *next;
+	struct bio *bio;
+	struct file_target *ft;
+	enum zero_step zstep;
+	bool syncing; /* FUA on discard/zeroes: the final fdatasync */
+	uint32_t zdone; /* bytes of zeros written (ZS_WRITE) */
+	struct iovec iov[URING_RQ_IOVS];
+};
+
+struct uring_ioq {
+	struct ioq q;
+	struct io_uring ring;
+	int efd; /* -1 until someone asks for it */
+	unsigned int queued; /* SQEs prepared, not yet submitted */
+	struct uring_rq *free_rqs;
+	struct uring_rq *pending, **pending_tail;
+};
+
+static inline struct uring_ioq *to_uq(struct ioq *q)
+{
+	return container_of(q, struct uring_ioq, q);
+}
+
+static struct uring_rq *rq_get(struct uring_ioq *uq)
+{
+	struct uring_rq *rq = uq->free_rqs;
+
+	if (likely(rq)) {
+		uq->free_rqs = rq->next;
+		return rq;
+	}
+	return malloc(sizeof(*rq));
+}
+
+static void rq_put(struct uring_ioq *uq, struct uring_rq *rq)
+{
+	rq->next = uq->free_rqs;
+	uq->free_rqs = rq;
+}
+
+static bool zero_unsupported(int err)
+{
+	return err == -EOPNOTSUPP || err == -ENOTTY || err == -EINVAL ||
+	       err == -ENODEV;
+}
+
+static void rq_prep(struct io_uring_sqe *sqe, struct uring_rq *rq)
+{
+	struct bio *bio = rq->bio;
+	int fd = rq->ft->fd;
+	uint64_t off = bio_offset_bytes(bio);
+	unsigned int n;
+
+	switch (bio_op(bio)) {
+	case REQ_OP_READ:
+	case REQ_OP_WRITE:
+		n = bio_iter_to_iovec(bio, bio->bi_iter, rq->iov,
+				      URING_RQ_IOVS);
+		if (bio_op(bio) == REQ_OP_READ) {
+			if (n == 1)
+				io_uring_prep_read(sqe, fd, rq->iov[0].iov_base,
+						   (unsigned int)rq->iov[0].iov_len,
+						   off);
+			else
+				io_uring_prep_readv(sqe, fd, rq->iov, n, off);
+		} else {
+			if (n == 1)
+				io_uring_prep_write(sqe, fd, rq->iov[0].iov_base,
+						    (unsigned int)rq->iov[0].iov_len,
+						    off);
+			else
+				io_uring_prep_writev(sqe, fd, rq->iov, n, off);
+			if (bio->bi_opf & REQ_FUA)
+				sqe->rw_flags = RWF_DSYNC;
+		}
+		break;
+	case REQ_OP_FLUSH:
+		io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+		break;
+	default: /* discard, write-zeroes */
+		if (rq->syncing) {
+			io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+		} else if (rq->zstep == ZS_WRITE) {
+			uint32_t left = bio->bi_iter.bi_size - rq->zdone;
+
+			io_uring_prep_write(sqe, fd, zero_buf(),
+					    left < ZERO_BUF_BYTES ? left :
+								    ZERO_BUF_BYTES,
+					    off + rq->zdone);
+		} else {
+			io_uring_prep_fallocate(sqe, fd,
+						zero_step_mode(rq->zstep), off,
+						bio->bi_iter.bi_size);
+		}
+		break;
+	}
+	io_uring_sqe_set_data(sqe, rq);
+}
+
+static bool uring_try_issue(struct uring_ioq *uq, struct uring_rq *rq)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&uq->ring);
+
+	if (unlikely(!sqe)) {
+		/* SQ full: hand the batch to the kernel and try once more. */
+		io_uring_submit(&uq->ring);
+		uq->queued = 0;
+		sqe = io_uring_get_sqe(&uq->ring);
+		if (!sqe)
+			return false;
+	}
+	rq_prep(sqe, rq);
+	uq->queued++;
+	return true;
+}
+
+static void uring_issue(struct uring_ioq *uq, struct uring_rq *rq)
+{
+	if (!uq->pending && uring_try_issue(uq, rq))
+		return;
+	rq->next = NULL;
+	*uq->pending_tail = rq;
+	uq->pending_tail = &rq->next;
+}
+
+static void uring_issue_pending(struct uring_ioq *uq)
+{
+	while (uq->pending) {
+		struct uring_rq *rq = uq->pending;
+
+		if (!uring_try_issue(uq, rq))
+			return;
+		uq->pending = rq->next;
+		if (!uq->pending)
+			uq->pending_tail = &uq->pending;
+	}
+}
+
+static void uring_submit(struct ioq *q, struct file_target *ft,
+			 struct bio *bio)
+{
+	struct uring_ioq *uq = to_uq(q);
+	struct uring_rq *rq = rq_get(uq);
+
+	if (unlikely(!rq || (bio_op(bio) == REQ_OP_WRITE_ZEROES &&
+			     !zero_buf()))) {
+		if (rq)
+			rq_put(uq, rq);
+		bio_io_error(bio, -ENOMEM);
+		return;
+	}
+	rq->bio = bio;
+	rq->ft = ft;
+	rq->syncing = false;
+	rq->zdone = 0;
+	rq->zstep = zero_first_step(bio);
+	q->inflight++;
+	uring_issue(uq, rq);
+}
+
+static void rq_end(struct uring_ioq *uq, struct uring_rq *rq, int err)
+{
+	struct bio *bio = rq->bio;
+	struct file_target *ft = rq->ft;
+
+	uq->q.inflight--;
+	rq_put(uq, rq);
+	if (err)
+		target_report_error(&ft->t, bio, err);
+	bio_endio(bio, bio->bi_iter.bi_size, err);
+}
+
+/* Discard / write-zeroes: one step of the ladder finished with @res. */
+static void rq_zero_done(struct uring_ioq *uq, struct uring_rq *rq, int res)
+{
+	struct bio *bio = rq->bio;
+
+	if (rq->syncing) {
+		rq_end(uq, rq, res < 0 ? res : 0);
+		return;
+	}
+	if (res < 0) {
+		if (rq->zstep == ZS_WRITE || !zero_unsupported(res)) {
+			rq_end(uq, rq, res);
+			return;
+		}
+		rq->zstep = zero_next_step(bio, rq->zstep);
+		if (rq->zstep == ZS_DONE || rq->zstep == ZS_FAIL) {
+			rq_end(uq, rq, rq->zstep == ZS_FAIL ? -EOPNOTSUPP : 0);
+			return;
+		}
+		uring_issue(uq, rq);
+		return;
+	}
+	if (rq->zstep == ZS_PUNCH_THEN_ALLOC) {
+		rq->zstep = ZS_ALLOC;
+		uring_issue(uq, rq);
+		return;
+	}
+	if (rq->zstep == ZS_WRITE) {
+		if (res == 0) {
+			rq_end(uq, rq, -EIO);
+			return;
+		}
+		rq->zdone += (uint32_t)res;
+		if (rq->zdone < bio->bi_iter.bi_size) {
+			uring_issue(uq, rq);
+			return;
+		}
+	}
+	if (bio->bi_opf & REQ_FUA) {
+		rq->syncing = true;
+		uring_issue(uq, rq);
+		return;
+	}
+	rq_end(uq, rq, 0);
+}
+
+static void rq_complete(struct uring_ioq *uq, struct uring_rq *rq, int res)
+{
+	struct bio *bio = rq->bio;
+
+	switch (bio_op(bio)) {
+	case REQ_OP_READ:
+	case REQ_OP_WRITE:
+		if (unlikely(res == -EAGAIN || res == -EINTR)) {
+			uring_issue(uq, rq);
+			return;
+		}
+		if (unlikely(res < 0)) {
+			rq_end(uq, rq, res);
+			return;
+		}
+		if (unlikely(res == 0)) {
+			if (bio_op(bio) == REQ_OP_WRITE) {
+				rq_end(uq, rq, -EIO);
+				return;
+			}
+			/* A member shorter than its share reads as zeros. */
+			bio_iter_zero(bio, bio->bi_iter);
+			rq_end(uq, rq, 0);
+			return;
+		}
+		if ((unsigned int)res < bio->bi_iter.bi_size) {
+			/* Short: account what was done, issue the rest. */
+			bio_endio(bio, (unsigned int)res, 0);
+			uring_issue(uq, rq);
+			return;
+		}
+		rq_end(uq, rq, 0);
+		return;
+	case REQ_OP_FLUSH:
+		rq_end(uq, rq, res < 0 ? res : 0);
+		return;
+	default:
+		rq_zero_done(uq, rq, res);
+		return;
+	}
+}
+
+static int uring_flush(struct ioq *q)
+{
+	struct uring_ioq *uq = to_uq(q);
+	int r;
+
+	uring_issue_pending(uq);
+	if (!uq->queued)
+		return 0;
+	r = io_uring_submit(&uq->ring);
+	if (r < 0)
+		return r;
+	uq->queued = 0;
+	return 0;
+}
+
+static int uring_reap(struct ioq *q)
+{
+	struct uring_ioq *uq = to_uq(q);
+	struct io_uring_cqe *cqe;
+	unsigned int head, n, total = 0;
+	uint64_t v;
+
+	if (uq->efd >= 0)
+		(void)!read(uq->efd, &v, sizeof(v));
+	do {
+		n = 0;
+		io_uring_for_each_cqe(&uq->ring, head, cqe) {
+			rq_complete(uq, io_uring_cqe_get_data(cqe), cqe->res);
+			n++;
+		}
+		io_uring_cq_advance(&uq->ring, n);
+		total += n;
+	} while (n);
+	uring_issue_pending(uq);
+	return (int)total;
+}
+
+static int uring_wait(struct ioq *q)
+{
+	struct uring_ioq *uq = to_uq(q);
+	int r;
+
+	r = uring_reap(q);
+	if (r)
+		return r;
+	uring_issue_pending(uq);
+	if (!q->inflight)
+		return 0;
+	r = io_uring_submit_and_wait(&uq->ring, 1);
+	if (r < 0)
+		return r;
+	uq->queued = 0;
+	return uring_reap(q);
+}
+
+static int uring_event_fd(struct ioq *q)
+{
+	struct uring_ioq *uq = to_uq(q);
+	int fd, r;
+
+	if (uq->efd >= 0)
+		return uq->efd;
+	fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	r = io_uring_register_eventfd(&uq->ring, fd);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	uq->efd = fd;
+	return fd;
+}
+
+static void uring_destroy(struct ioq *q)
+{
+	struct uring_ioq *uq = to_uq(q);
+
+	while (uq->free_rqs) {
+		struct uring_rq *rq = uq->free_rqs;
+
+		uq->free_rqs = rq->next;
+		free(rq);
+	}
+	io_uring_queue_exit(&uq->ring);
+	if (uq->efd >= 0)
+		close(uq->efd);
+	free(uq);
+}
+
+static const struct ioq_ops uring_ops = {
+	.submit = uring_submit,
+	.flush = uring_flush,
+	.reap = uring_reap,
+	.wait = uring_wait,
+	.event_fd = uring_event_fd,
+	.destroy = uring_destroy,
+};
+
+int uring_ioq_create(struct ioq **out, unsigned int depth)
+{
+	struct uring_ioq *uq = calloc(1, sizeof(*uq));
+	int r;
+
+	if (!uq)
+		return -ENOMEM;
+	if (depth > 4096)
+		depth = 4096;
+	r = io_uring_queue_init(depth, &uq->ring, 0);
+	if (r < 0) {
+		free(uq);
+		return r;
+	}
+	uq->q.ops = &uring_ops;
+	uq->q.backend = IOQ_IO_URING;
+	uq->efd = -1;
+	uq->pending_tail = &uq->pending;
+	*out = &uq->q;
+	return 0;
+}

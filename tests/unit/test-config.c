@@ -1,0 +1,414 @@
+/*
+ * Description: the configuration parser (config.h).  Good files: several
+ * exports in file order with members in line order, defaults, every key,
+ * indentation, comments (full-line and inline), a [server] section,
+ * relative member paths joined to the file's directory, and
+ * conf/example.conf itself.  Bad files: each error comes back as one line
+ * that names the file, the line number, and the key and value (or the
+ * offending text): syntax errors, keys outside a section, unknown sections
+ * and keys, bad sizes, stripe sizes that are not a power of two or below
+ * 4K, sizes not a multiple of 512, bad booleans/ports/threads/backends,
+ * duplicate exports, duplicate [server], duplicate members, an export
+ * without a member, an empty file, an overlong line, a missing file.  And
+ * the single-key setters the command-line front ends use.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <bionbd/config.h>
+
+#include "unit.h"
+
+static char err[1024];
+
+static struct conf *parse_ok(const char *text)
+{
+	struct conf *c = NULL;
+	int r = conf_parse_string(&c, text, "t.conf", "/base", err,
+				  sizeof(err));
+
+	if (r) {
+		fprintf(stderr, "unexpected error %d: %s\n--- text:\n%s\n", r,
+			err, text);
+		abort();
+	}
+	CHECK(c);
+	return c;
+}
+
+/*
+ * The text must be refused with -EINVAL (or @want) and a message that
+ * contains every one of the NULL-terminated fragments, on one line.
+ */
+static void parse_bad(int want, const char *text, ...)
+{
+	struct conf *c = (struct conf *)0x1;
+	const char *frag;
+	va_list ap;
+	int r;
+
+	r = conf_parse_string(&c, text, "t.conf", "/base", err, sizeof(err));
+	if (r != want) {
+		fprintf(stderr, "expected %d, got %d (%s)\n--- text:\n%s\n",
+			want, r, err, text);
+		abort();
+	}
+	CHECK_PTR_EQ(c, (struct conf *)0x1); /* untouched on error */
+	CHECK(!strchr(err, '\n'));
+	va_start(ap, text);
+	while ((frag = va_arg(ap, const char *))) {
+		if (!strstr(err, frag)) {
+			fprintf(stderr, "message '%s' lacks '%s'\n", err,
+				frag);
+			abort();
+		}
+	}
+	va_end(ap);
+}
+
+static void test_good(void)
+{
+	struct conf *c;
+	const struct conf_export *e;
+
+	c = parse_ok("# leading comment\n"
+		     "; another\n"
+		     "\n"
+		     "[export one]\n"
+		     "file = /a/m0\n"
+		     "  file=/a/m1   \n"
+		     "\tfile = rel/m2 ; an inline comment\n"
+		     "stripe-size = 128K\n"
+		     "size = 1G\n"
+		     "read-only = yes\n"
+		     "description = first; export\n"
+		     "\n"
+		     "  [ export  two words ]\n"
+		     "file = /b/only\n"
+		     "[server]\n"
+		     "listen = ::1\n"
+		     "port = 10810\n"
+		     "socket = s.sock\n"
+		     "threads = 8\n"
+		     "backend = threads\n");
+	CHECK_EQ(c->nr_exports, 2);
+	CHECK(!strcmp(c->path, "t.conf"));
+
+	e = &c->exports[0];
+	CHECK(!strcmp(e->name, "one"));
+	CHECK_EQ(e->line, 4);
+	CHECK_EQ(e->nr_members, 3);
+	CHECK(!strcmp(e->members[0], "/a/m0"));
+	CHECK(!strcmp(e->members[1], "/a/m1"));
+	/* relative to the file's directory; the inline comment is gone */
+	CHECK(!strcmp(e->members[2], "/base/rel/m2"));
+	CHECK_EQ(e->chunk_bytes, 128 * 1024);
+	CHECK_EQ(e->size_bytes, 1ull << 30);
+	CHECK(e->readonly);
+	/* ';' without a blank before it is text, not a comment */
+	CHECK(!strcmp(e->description, "first; export"));
+
+	e = &c->exports[1];
+	CHECK(!strcmp(e->name, "two words"));
+	CHECK_EQ(e->line, 13);
+	CHECK_EQ(e->nr_members, 1);
+	CHECK_EQ(e->chunk_bytes, STRIPE_DEFAULT_CHUNK);
+	CHECK_EQ(e->size_bytes, 0);
+	CHECK(!e->readonly);
+	CHECK(!e->description);
+
+	CHECK_PTR_EQ(conf_find_export(c, "two words"), &c->exports[1]);
+	CHECK_PTR_EQ(conf_find_export(c, "one"), &c->exports[0]);
+	CHECK_PTR_EQ(conf_find_export(c, "three"), NULL);
+	CHECK_PTR_EQ(conf_find_export(c, ""), NULL);
+
+	CHECK(c->has_server);
+	CHECK(!strcmp(c->server.listen, "::1"));
+	CHECK_EQ(c->server.port, 10810);
+	CHECK(!strcmp(c->server.socket, "/base/s.sock"));
+	CHECK_EQ(c->server.threads, 8);
+	CHECK(c->server.backend_set);
+	CHECK_EQ(c->server.backend, IOQ_THREADS);
+
+	/* volume_open() arguments */
+	{
+		struct volume_config vc;
+
+		conf_export_volume(&c->exports[0], &vc);
+		CHECK_EQ(vc.nr_members, 3);
+		CHECK(!strcmp(vc.members[2], "/base/rel/m2"));
+		CHECK_EQ(vc.chunk_bytes, 128 * 1024);
+		CHECK_EQ(vc.size_bytes, 1ull << 30);
+		CHECK(vc.readonly);
+	}
+	conf_free(c);
+
+	/* no [server]: nothing set; "name: value" as libinih allows */
+	c = parse_ok("[export x]\nfile: /m\nread-only = OFF\n");
+	CHECK(!c->has_server);
+	CHECK(!c->server.listen && !c->server.socket && !c->server.port &&
+	      !c->server.threads && !c->server.backend_set);
+	CHECK(!c->exports[0].readonly);
+	conf_free(c);
+
+	/* CRLF line ends and a UTF-8 byte order mark */
+	c = parse_ok("\xef\xbb\xbf[export w]\r\nfile = /w0\r\nfile = /w1\r\n");
+	CHECK_EQ(c->exports[0].nr_members, 2);
+	CHECK(!strcmp(c->exports[0].members[1], "/w1"));
+	conf_free(c);
+
+	/* no basedir: relative paths stay as written */
+	c = NULL;
+	CHECK_EQ(conf_parse_string(&c, "[export r]\nfile = a/b\n", "s", NULL,
+				   err, sizeof(err)),
+		 0);
+	CHECK(!strcmp(c->exports[0].members[0], "a/b"));
+	conf_free(c);
+
+	conf_free(NULL);
+}
+
+static void test_bad(void)
+{
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nthis is not a key\n",
+		  "t.conf:3:", "syntax error", "this is not a key", NULL);
+	parse_bad(-EINVAL, "[export a\nfile = /m\n", "t.conf:1:",
+		  "syntax error", "[export a", NULL);
+	/* the first error wins, whichever part of the parser finds it */
+	parse_bad(-EINVAL, "[export a]\nbogus\nfile = /m\nfoo = bar\n",
+		  "t.conf:2:", "bogus", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nfoo = bar\nbogus\n",
+		  "t.conf:3:", "foo=bar", "unknown key", NULL);
+	parse_bad(-EINVAL, "file = /m\n[export a]\n", "t.conf:1:", "file=/m",
+		  "outside any section", NULL);
+	parse_bad(-EINVAL, "[exports a]\nfile = /m\n", "t.conf:1:",
+		  "unknown section [exports a]", NULL);
+	parse_bad(-EINVAL, "[export]\nfile = /m\n", "t.conf:1:",
+		  "needs a name", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nstrip-size = 64K\n",
+		  "t.conf:3:", "[export a]", "strip-size=64K", "unknown key",
+		  NULL);
+	parse_bad(-EINVAL, "[server]\nport = 1\nlisten_addr = x\n",
+		  "t.conf:3:", "[server]", "listen_addr=x", "unknown key",
+		  NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nsize = 12Q\n", "t.conf:3:",
+		  "size=12Q", "not a size", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nsize = -1\n", "t.conf:3:",
+		  "size=-1", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nsize = 1000\n", "t.conf:3:",
+		  "size=1000", "multiple of 512", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nstripe-size = 48K\n",
+		  "t.conf:3:", "stripe-size=48K", "power of two", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nstripe-size = 2K\n",
+		  "t.conf:3:", "stripe-size=2K", "power of two from 4K", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nstripe-size = 2G\n",
+		  "t.conf:3:", "stripe-size=2G", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nstripe-size = big\n",
+		  "t.conf:3:", "stripe-size=big", "not a size", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nread-only = maybe\n",
+		  "t.conf:3:", "read-only=maybe", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\n[server]\nport = 70000\n",
+		  "t.conf:4:", "port=70000", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\n[server]\nport = 80x\n",
+		  "t.conf:4:", "port=80x", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\n[server]\nthreads = 0\n",
+		  "t.conf:4:", "threads=0", NULL);
+	parse_bad(-EINVAL,
+		  "[export a]\nfile = /m\n[server]\nbackend = aio\n",
+		  "t.conf:4:", "backend=aio", "io_uring or threads", NULL);
+	parse_bad(-EINVAL, "[server]\n[export a]\nfile = /m\n[server]\n",
+		  "t.conf:4:", "duplicate [server]", "line 1", NULL);
+	parse_bad(-EINVAL,
+		  "[export a]\nfile = /m\n\n[export b]\nfile = /n\n"
+		  "[export a]\nfile = /o\n",
+		  "t.conf:6:", "duplicate export 'a'", "line 1", NULL);
+	/* an empty repeated section is still a duplicate */
+	parse_bad(-EINVAL, "[export a]\nfile = /m\n[export a]\n", "t.conf:3:",
+		  "duplicate export 'a'", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nfile = /n\nfile = /m\n",
+		  "t.conf:4:", "file=/m", "twice", NULL);
+	/* relative and absolute spellings of one path meet after joining */
+	parse_bad(-EINVAL, "[export a]\nfile = m\nfile = /base/m\n",
+		  "t.conf:3:", "file=/base/m", "twice", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile =\n", "t.conf:2:", "empty path",
+		  NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\n[export b]\nsize = 1M\n",
+		  "t.conf:3:", "[export b]", "no member", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\n[export empty]\n",
+		  "t.conf:3:", "[export empty]", "no member", NULL);
+	parse_bad(-EINVAL, "", "t.conf", "no [export NAME] section", NULL);
+	parse_bad(-EINVAL, "[server]\nport = 1\n", "t.conf",
+		  "no [export NAME] section", NULL);
+
+	{
+		char text[600];
+
+		snprintf(text, sizeof(text), "[export a]\nfile = /%0300d\n",
+			 0);
+		parse_bad(-EINVAL, text, "t.conf:2:", "line too long", NULL);
+	}
+}
+
+static void test_setters(void)
+{
+	struct conf_export e;
+	struct conf_server s;
+	uint64_t v;
+	bool b;
+
+	CHECK_EQ(conf_export_init(&e, ""), 0);
+	CHECK_EQ(e.chunk_bytes, STRIPE_DEFAULT_CHUNK);
+	CHECK_EQ(conf_export_set(&e, "file", "/x", err, sizeof(err)), 0);
+	CHECK_EQ(conf_export_set(&e, "file", "/y", err, sizeof(err)), 0);
+	CHECK_EQ(conf_export_set(&e, "file", "/x", err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "file=/x"));
+	CHECK_EQ(conf_export_set(&e, "stripe-size", "4K", err, sizeof(err)), 0);
+	CHECK_EQ(e.chunk_bytes, 4096);
+	CHECK_EQ(conf_export_set(&e, "stripe-size", "4097", err, sizeof(err)),
+		 -EINVAL);
+	CHECK(strstr(err, "stripe-size=4097"));
+	CHECK_EQ(e.chunk_bytes, 4096); /* unchanged by a refused value */
+	CHECK_EQ(conf_export_set(&e, "stripe-size", "1G", err, sizeof(err)), 0);
+	CHECK_EQ(conf_export_set(&e, "size", "0", err, sizeof(err)), 0);
+	CHECK_EQ(conf_export_set(&e, "size", "4G", err, sizeof(err)), 0);
+	CHECK_EQ(e.size_bytes, 4ull << 30);
+	CHECK_EQ(conf_export_set(&e, "description", "d", err, sizeof(err)), 0);
+	CHECK(!strcmp(e.description, "d"));
+	CHECK_EQ(conf_export_set(&e, "description", "", err, sizeof(err)), 0);
+	CHECK(!e.description);
+	CHECK_EQ(conf_export_set(&e, "nope", "1", err, sizeof(err)), -ENOENT);
+	CHECK(strstr(err, "nope=1") && strstr(err, "unknown key"));
+	CHECK_EQ(conf_export_check(&e, err, sizeof(err)), 0);
+	CHECK_EQ(e.nr_members, 2);
+	conf_export_release(&e);
+
+	CHECK_EQ(conf_export_init(&e, "n"), 0);
+	CHECK_EQ(conf_export_check(&e, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "file="));
+	conf_export_release(&e);
+
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(conf_server_set(&s, "backend", "io_uring", err, sizeof(err)),
+		 0);
+	CHECK(s.backend_set && s.backend == IOQ_IO_URING);
+	CHECK_EQ(conf_server_set(&s, "port", "0", err, sizeof(err)), -EINVAL);
+	CHECK_EQ(conf_server_set(&s, "port", "65535", err, sizeof(err)), 0);
+	CHECK_EQ(conf_server_set(&s, "threads", "1025", err, sizeof(err)),
+		 -EINVAL);
+	CHECK_EQ(conf_server_set(&s, "listen", "", err, sizeof(err)), -EINVAL);
+	CHECK_EQ(conf_server_set(&s, "x", "y", err, sizeof(err)), -ENOENT);
+	conf_server_release(&s);
+
+	CHECK_EQ(conf_parse_bool("TRUE", &b), 0);
+	CHECK(b);
+	CHECK_EQ(conf_parse_bool("0", &b), 0);
+	CHECK(!b);
+	CHECK_EQ(conf_parse_bool("", &b), -EINVAL);
+	CHECK_EQ(conf_parse_bool("truth", &b), -EINVAL);
+	CHECK_EQ(conf_parse_chunk("65536", &v, err, sizeof(err)), 0);
+	CHECK_EQ(v, 65536);
+	CHECK_EQ(conf_parse_chunk("0", &v, err, sizeof(err)), -EINVAL);
+}
+
+/* conf_load: real files, relative paths, errors naming the file. */
+static void test_files(void)
+{
+	const char *tmpdir = getenv("TMPDIR");
+	char dir[PATH_MAX], path[PATH_MAX + 32], rdir[PATH_MAX];
+	char want[PATH_MAX + 64];
+	struct conf *c = NULL;
+	FILE *f;
+
+	snprintf(dir, sizeof(dir), "%s/test-config.XXXXXX",
+		 tmpdir && *tmpdir ? tmpdir : "/tmp");
+	CHECK(mkdtemp(dir));
+	CHECK(realpath(dir, rdir));
+	snprintf(path, sizeof(path), "%s/x.conf", dir);
+
+	f = fopen(path, "w");
+	CHECK(f);
+	fputs("[export e]\nfile = sub/m0\nfile = /abs/m1\n", f);
+	CHECK_EQ(fclose(f), 0);
+	CHECK_EQ(conf_load(&c, path, err, sizeof(err)), 0);
+	snprintf(want, sizeof(want), "%s/sub/m0", rdir);
+	CHECK(!strcmp(c->exports[0].members[0], want));
+	CHECK(!strcmp(c->exports[0].members[1], "/abs/m1"));
+	CHECK(!strcmp(c->path, path));
+	conf_free(c);
+
+	/* a relative conf path still yields absolute members */
+	CHECK_EQ(chdir(dir), 0);
+	c = NULL;
+	CHECK_EQ(conf_load(&c, "x.conf", err, sizeof(err)), 0);
+	CHECK(!strcmp(c->exports[0].members[0], want));
+	conf_free(c);
+
+	f = fopen(path, "w");
+	CHECK(f);
+	fputs("[export e]\nfile = /m\n\nstripe-size = 3K\n", f);
+	CHECK_EQ(fclose(f), 0);
+	c = (struct conf *)0x1;
+	CHECK_EQ(conf_load(&c, path, err, sizeof(err)), -EINVAL);
+	snprintf(want, sizeof(want), "%s:4: [export e] stripe-size=3K", path);
+	CHECK(!strncmp(err, want, strlen(want)));
+	CHECK_PTR_EQ(c, (struct conf *)0x1);
+
+	CHECK_EQ(unlink(path), 0);
+	CHECK_EQ(conf_load(&c, path, err, sizeof(err)), -ENOENT);
+	CHECK(strstr(err, path) && strstr(err, "No such file"));
+	CHECK_EQ(chdir("/"), 0);
+	CHECK_EQ(rmdir(dir), 0);
+}
+
+/*
+ * conf/example.conf must stay valid: it is what users copy.  Found next to
+ * this source file, as the build passes absolute source paths.
+ */
+static void test_example(void)
+{
+	char path[PATH_MAX];
+	const char *slash = strrchr(__FILE__, '/');
+	struct conf *c = NULL;
+	const struct conf_export *e;
+
+	CHECK(slash && __FILE__[0] == '/');
+	snprintf(path, sizeof(path), "%.*s/../../conf/example.conf",
+		 (int)(slash - __FILE__), __FILE__);
+	if (conf_load(&c, path, err, sizeof(err))) {
+		fprintf(stderr, "%s\n", err);
+		abort();
+	}
+	CHECK_EQ(c->nr_exports, 2);
+	e = &c->exports[0];
+	CHECK(!strcmp(e->name, "scratch"));
+	CHECK_EQ(e->nr_members, 4);
+	CHECK_EQ(e->chunk_bytes, 65536);
+	CHECK_EQ(e->size_bytes, 4ull << 30);
+	CHECK(!e->readonly);
+	CHECK(e->description);
+	e = &c->exports[1];
+	CHECK(!strcmp(e->name, "golden"));
+	CHECK(e->readonly);
+	CHECK(c->has_server);
+	CHECK_EQ(c->server.port, CONF_DEFAULT_PORT);
+	CHECK(!c->server.socket);
+	conf_free(c);
+}
+
+int main(void)
+{
+	test_good();
+	test_bad();
+	test_setters();
+	test_files();
+	test_example();
+	printf("test-config: ok\n");
+	return 0;
+}

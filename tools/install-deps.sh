@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# install-deps.sh - install every Debian 12 package bionbd needs to build,
+# test and benchmark.  Idempotent; run as root.  Kept in one place so the
+# README's two commands and CI install exactly the same set.
+set -euo pipefail
+
+pkgs=(
+  # build
+  build-essential cmake pkg-config
+  liburing-dev libev-dev libinih-dev
+  nbdkit nbdkit-plugin-dev libnbd-dev
+  # tests: real clients and fault injection
+  libnbd-bin python3 python3-libnbd qemu-utils fio fuse3 procps util-linux
+  # benchmarks: the peers and the plots
+  nbd-server gnuplot-nox
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+    missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps.sh: need root to install: ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
