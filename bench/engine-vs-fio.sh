@@ -6,10 +6,12 @@
 # Four member files on tmpfs; for each workload, engine-bench (a 4-member
 # stripe, 64 KiB chunk, io_uring, one thread) and fio --ioengine=io_uring
 # (the same 4 files as filename=a:b:c:d, one job, same bs/iodepth/runtime,
-# buffered) run in turn, A B A B ... for several rounds, and the table shows
-# the medians and engine/fio.  Alternating, and flipping which side goes
-# first every round, spreads the drift of a small noisy machine over both
-# sides: compare the ratio, don't quote the absolute numbers.
+# buffered) run in turn, A B A B ... for several rounds.  Alternating, and
+# flipping which side goes first every round, spreads the drift of a small
+# noisy machine over both sides; engine/fio is the median of the per-round
+# ratios, and CPU time per I/O (both tools measured the same way) is shown
+# beside it because it moves less than IOPS when other work shares the
+# CPUs.  Compare ratios, don't quote the absolute numbers.
 #
 # A second table backs the threading choice in engine/include/bionbd/ioq.h:
 # nbdkit-style workers doing submit_bio_wait on their own ring ("sync")
@@ -105,14 +107,23 @@ members=("$dir/m0" "$dir/m1" "$dir/m2" "$dir/m3")
 fio_files=$(IFS=:; echo "${members[*]}")
 
 # Run "$@" in the background so that the traps can stop it, bounded in time.
+# Sets run_cpu to the CPU seconds (user + sys) it used, taken from the
+# shell's children times: that covers every thread of the process, the
+# kernel's io_uring workers (iou-wrk) included, and treats fio and
+# engine-bench alike.  CPU per I/O varies less than IOPS when other work
+# shares the machine.
 run() {
-	local limit=$1
+	local limit=$1 rc=0
 	shift
+	times >"$work/times0"
 	timeout -k 5 "$limit" "$@" &
 	child=$!
-	local rc=0
 	wait "$child" || rc=$?
-	child=
+	child=''
+	times >"$work/times1"
+	run_cpu=$(awk 'function secs(s,  m) { m = s; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", s); sub(/s$/, "", s); return m * 60 + s }
+		FNR == 2 { t[FILENAME] = secs($1) + secs($2) }
+		END { printf "%.3f", t[ARGV[2]] - t[ARGV[1]] }' "$work/times0" "$work/times1")
 	return $rc
 }
 
@@ -151,13 +162,13 @@ engine_run() {
 		die "engine-bench failed ($mode $pat bs=$bs qd=$qd)"
 	fi
 	line=$(grep '^RESULT ' "$out") || die "engine-bench printed no RESULT line"
-	res=$(awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-	       if (v["errors"] != 0) exit 1
-	       print v["iops"], v["mibps"], v["cpu_us_per_io"] }' <<<"$line") ||
+	res=$(awk -v cpu="$run_cpu" '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+	       if (v["errors"] != 0 || v["ios"] == 0) exit 1
+	       printf "%s %s %.3f\n", v["iops"], v["mibps"], cpu * 1e6 / v["ios"] }' <<<"$line") ||
 		die "engine-bench reported I/O errors: $line"
 }
 
-# fio_run RW BS QD -> res="IOPS MiB/s"
+# fio_run RW BS QD -> res="IOPS MiB/s CPUus/IO"
 fio_run() {
 	local rw=$1 bs=$2 qd=$3 bsb
 	bsb=$(numfmt --from=iec "$bs")
@@ -173,11 +184,12 @@ fio_run() {
 		sed 's/^/  /' "$out" >&2
 		die "fio failed ($rw bs=$bs qd=$qd)"
 	fi
-	# terse v3: field 5 error, 8 read IOPS, 49 write IOPS
-	res=$(awk -F';' -v bs="$bsb" '$1 == "3" {
-		if ($5 != 0) exit 1
+	# terse v3: field 5 error, 6/47 KiB read/written, 8/49 read/write IOPS
+	res=$(awk -F';' -v bs="$bsb" -v cpu="$run_cpu" '$1 == "3" {
+		ios = ($6 + $47) * 1024 / bs
+		if ($5 != 0 || ios == 0) exit 1
 		iops = $8 + $49
-		printf "%s %.2f\n", iops, iops * bs / 1048576; found = 1 }
+		printf "%s %.2f %.3f\n", iops, iops * bs / 1048576, cpu * 1e6 / ios; found = 1 }
 		END { if (!found) exit 1 }' "$out") || die "fio output not understood: $(head -c 300 "$out")"
 }
 
@@ -214,23 +226,26 @@ for ((r = 0; r < rounds; r++)); do
 	done
 done
 
+# Each round's engine and fio runs are neighbours in time, so their ratio
+# is the paired statistic; the table's engine/fio is the median of those
+# per-round ratios, with their range beside it.
+ratio_of() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }'; }
+
 misses=0
 table=$work/table
 {
-	echo "| workload | engine IOPS | fio IOPS | engine MiB/s | fio MiB/s | engine/fio | per-round range | target |"
-	echo "|---|--:|--:|--:|--:|--:|--:|---|"
+	echo "| workload | engine IOPS | fio IOPS | engine MiB/s | fio MiB/s | engine/fio | per-round range | CPU µs/IO engine / fio | target |"
+	echo "|---|--:|--:|--:|--:|--:|--:|--:|---|"
 	for ((w = 0; w < ${#workloads[@]}; w++)); do
 		IFS='|' read -r label pat bs qd target <<<"${workloads[w]}"
-		ei=() fi_=() em=() fm=() ratios=()
+		ei=() fi_=() em=() fm=() ec=() fc=() ratios=()
 		for ((r = 0; r < rounds; r++)); do
-			read -r a b _ <<<"${E[$w,$r]}"
-			read -r c d <<<"${F[$w,$r]}"
-			ei+=("$a") em+=("$b") fi_+=("$c") fm+=("$d")
-			ratios+=("$(awk -v a="$a" -v c="$c" 'BEGIN { printf "%.3f", (c > 0 ? a / c : 0) }')")
+			read -r a b c <<<"${E[$w,$r]}"
+			read -r x y z <<<"${F[$w,$r]}"
+			ei+=("$a") em+=("$b") ec+=("$c") fi_+=("$x") fm+=("$y") fc+=("$z")
+			ratios+=("$(ratio_of "$a" "$x")")
 		done
-		mei=$(median "${ei[@]}") mfi=$(median "${fi_[@]}")
-		mem=$(median "${em[@]}") mfm=$(median "${fm[@]}")
-		ratio=$(awk -v a="$mei" -v c="$mfi" 'BEGIN { printf "%.2f", (c > 0 ? a / c : 0) }')
+		ratio=$(median "${ratios[@]}")
 		range=$(printf '%s\n' "${ratios[@]}" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f–%.2f", lo, hi }')
 		verdict="—"
 		if [ -n "$target" ]; then
@@ -241,8 +256,10 @@ table=$work/table
 				misses=$((misses + 1))
 			fi
 		fi
-		printf '| %s | %.0f | %.0f | %.1f | %.1f | %s | %s | %s |\n' \
-			"$label" "$mei" "$mfi" "$mem" "$mfm" "$ratio" "$range" "$verdict"
+		printf '| %s | %.0f | %.0f | %.1f | %.1f | %.2f | %s | %.2f / %.2f | %s |\n' \
+			"$label" "$(median "${ei[@]}")" "$(median "${fi_[@]}")" \
+			"$(median "${em[@]}")" "$(median "${fm[@]}")" "$ratio" "$range" \
+			"$(median "${ec[@]}")" "$(median "${fc[@]}")" "$verdict"
 	done
 } >"$table"
 
@@ -305,7 +322,9 @@ echo "### nbdkit-style threading (the choice in ioq.h)"
 echo
 cat "$design"
 echo
-echo "CPU µs/IO is process CPU time (all threads) per I/O.  Elapsed: $((SECONDS - start)) s."
+echo "engine/fio: median of the per-round IOPS ratios (equal to the bandwidth ratio: same bs)."
+echo "CPU µs/IO: CPU time of the whole process (its threads and io_uring's iou-wrk workers, startup included) per I/O, medians."
+echo "Elapsed: $((SECONDS - start)) s."
 if [ $misses -gt 0 ]; then
 	echo
 	echo "$misses target(s) missed."

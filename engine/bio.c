@@ -38,7 +38,17 @@ static void cache_drain(struct bio_cache *c)
 
 static void cache_thread_exit(void *arg)
 {
-	cache_drain(arg);
+	struct bio_cache *c = arg;
+
+	cache_drain(c);
+	/*
+	 * Destructors of other keys may still put or allocate bios on this
+	 * thread.  Unregistered, puts go straight to free() and an
+	 * allocation registers again, so that this destructor runs once
+	 * more; left registered, those bios would sit in a pool nobody
+	 * drains.
+	 */
+	c->registered = false;
 }
 
 static void cache_key_init(void)

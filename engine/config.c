@@ -40,8 +40,8 @@ set_err(char *errbuf, size_t errlen, const char *fmt, ...)
 
 int conf_parse_bool(const char *s, bool *out)
 {
-	static const char *const yes[] = { "1", "true", "yes", "on" };
-	static const char *const no[] = { "0", "false", "no", "off" };
+	static const char *const yes[] = {"1", "true", "yes", "on"};
+	static const char *const no[] = {"0", "false", "no", "off"};
 	size_t i;
 
 	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
@@ -57,8 +57,7 @@ int conf_parse_bool(const char *s, bool *out)
 	return -EINVAL;
 }
 
-int conf_parse_chunk(const char *s, uint64_t *out, char *errbuf,
-		     size_t errlen)
+int conf_parse_chunk(const char *s, uint64_t *out, char *errbuf, size_t errlen)
 {
 	uint64_t v;
 
@@ -183,11 +182,11 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 				key, value);
 			return -EINVAL;
 		}
-		/* The engine addresses sectors; a ragged tail is unreachable. */
+		/* Sector-based engine: a ragged tail is unreachable. */
 		if (v % SECTOR_SIZE) {
 			set_err(errbuf, errlen,
-				"%s=%s: not a multiple of %u bytes", key,
-				value, SECTOR_SIZE);
+				"%s=%s: not a multiple of %u bytes", key, value,
+				SECTOR_SIZE);
 			return -EINVAL;
 		}
 		e->size_bytes = v;
@@ -195,8 +194,8 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 	}
 	if (!strcmp(key, "read-only")) {
 		if (conf_parse_bool(value, &b)) {
-			set_err(errbuf, errlen,
-				"%s=%s: expected true or false", key, value);
+			set_err(errbuf, errlen, "%s=%s: expected true or false",
+				key, value);
 			return -EINVAL;
 		}
 		e->readonly = b;
@@ -204,8 +203,7 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 	}
 	if (!strcmp(key, "description")) {
 		if (strlen(value) > CONF_MAX_NAME_BYTES) {
-			set_err(errbuf, errlen,
-				"%s: longer than %u bytes", key,
+			set_err(errbuf, errlen, "%s: longer than %u bytes", key,
 				CONF_MAX_NAME_BYTES);
 			return -EINVAL;
 		}
@@ -223,11 +221,11 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 	return -ENOENT;
 }
 
-int conf_export_check(const struct conf_export *e, char *errbuf,
-		      size_t errlen)
+int conf_export_check(const struct conf_export *e, char *errbuf, size_t errlen)
 {
 	if (!e->nr_members) {
-		set_err(errbuf, errlen, "no member: add at least one file=PATH");
+		set_err(errbuf, errlen,
+			"no member: add at least one file=PATH");
 		return -EINVAL;
 	}
 	return 0;
@@ -306,7 +304,7 @@ enum section { SEC_NONE, SEC_SERVER, SEC_EXPORT };
 
 struct parser {
 	struct conf *c;
-	const char *name; /* for messages */
+	const char *name;    /* for messages */
 	const char *basedir; /* NULL: keep relative paths */
 	const char *text, *pos, *end;
 	unsigned int line; /* physical line last handed to libinih */
@@ -375,7 +373,8 @@ static void begin_section(struct parser *p, char *s)
 	if (!strcmp(s, "server")) {
 		if (p->c->has_server) {
 			fail(p, -EINVAL,
-			     "%s:%u: duplicate [server] section (first at line %u)",
+			     "%s:%u: duplicate [server] section (first at line "
+			     "%u)",
 			     p->name, p->line, p->server_line);
 			return;
 		}
@@ -386,15 +385,15 @@ static void begin_section(struct parser *p, char *s)
 	}
 	if (strncmp(s, "export", 6) || (s[6] && s[6] != ' ' && s[6] != '\t')) {
 		fail(p, -EINVAL,
-		     "%s:%u: unknown section [%s] (expected [export NAME] or [server])",
+		     "%s:%u: unknown section [%s] (expected [export NAME] or "
+		     "[server])",
 		     p->name, p->line, s);
 		return;
 	}
 	name = trim(s + 6);
 	if (!*name) {
-		fail(p, -EINVAL,
-		     "%s:%u: [export] needs a name: [export NAME]", p->name,
-		     p->line);
+		fail(p, -EINVAL, "%s:%u: [export] needs a name: [export NAME]",
+		     p->name, p->line);
 		return;
 	}
 	e = conf_find_export(p->c, name);
@@ -495,7 +494,8 @@ static int conf_handler(void *user, const char *section, const char *key,
 	switch (p->sec) {
 	case SEC_NONE:
 		fail(p, -EINVAL,
-		     "%s:%u: %s=%s: outside any section (start with [export NAME] or [server])",
+		     "%s:%u: %s=%s: outside any section (start with [export "
+		     "NAME] or [server])",
 		     p->name, p->line, key, value);
 		return 0;
 	case SEC_SERVER:
@@ -511,8 +511,8 @@ static int conf_handler(void *user, const char *section, const char *key,
 		if (r == -ENOMEM)
 			goto nomem;
 		if (r) {
-			fail(p, r == -ENOENT ? -EINVAL : r, "%s:%u: [server] %s",
-			     p->name, p->line, msg);
+			fail(p, r == -ENOENT ? -EINVAL : r,
+			     "%s:%u: [server] %s", p->name, p->line, msg);
 			return 0;
 		}
 		return 1;
@@ -571,13 +571,13 @@ int conf_parse_string(struct conf **out, const char *text, const char *name,
 		      const char *basedir, char *errbuf, size_t errlen)
 {
 	struct parser p = {
-		.name = name,
-		.basedir = basedir,
-		.text = text,
-		.pos = text,
-		.end = text + strlen(text),
-		.errbuf = errbuf,
-		.errlen = errlen,
+	    .name = name,
+	    .basedir = basedir,
+	    .text = text,
+	    .pos = text,
+	    .end = text + strlen(text),
+	    .errbuf = errbuf,
+	    .errlen = errlen,
 	};
 	unsigned int i;
 	char msg[512];
@@ -624,8 +624,7 @@ err:
 	return p.err;
 }
 
-int conf_load(struct conf **out, const char *path, char *errbuf,
-	      size_t errlen)
+int conf_load(struct conf **out, const char *path, char *errbuf, size_t errlen)
 {
 	char *text = NULL, *dir = NULL, *absdir = NULL, *slash;
 	size_t len = 0, n;
@@ -660,8 +659,8 @@ int conf_load(struct conf **out, const char *path, char *errbuf,
 	text[len] = '\0';
 	if (strlen(text) != len) {
 		r = -EINVAL;
-		set_err(errbuf, errlen, "%s: contains a NUL byte (not a text file)",
-			path);
+		set_err(errbuf, errlen,
+			"%s: contains a NUL byte (not a text file)", path);
 		goto out;
 	}
 

@@ -14,6 +14,13 @@ static void ioq_ev_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 	ioq_reap(iw->q);
 	if (iw->after_reap)
 		iw->after_reap(iw);
+	/*
+	 * The loop is about to block: whatever the reap or the hook queued
+	 * (the rest of a short read, the next step of a write-zeroes, bios
+	 * the hook parsed) must reach the kernel now, or it would wait for
+	 * an unrelated wake-up.
+	 */
+	ioq_flush(iw->q);
 }
 
 static void ioq_ev_io_cb(struct ev_loop *loop, ev_io *w, int revents)

@@ -34,6 +34,8 @@ struct uring_ioq {
 	struct io_uring ring;
 	int efd; /* -1 until someone asks for it */
 	unsigned int queued; /* SQEs prepared, not yet submitted */
+	unsigned int in_kernel; /* SQEs prepared and not yet reaped */
+	unsigned int cq_entries;
 	struct uring_rq *free_rqs;
 	struct uring_rq *pending, **pending_tail;
 };
@@ -121,8 +123,16 @@ static void rq_prep(struct io_uring_sqe *sqe, struct uring_rq *rq)
 
 static bool uring_try_issue(struct uring_ioq *uq, struct uring_rq *rq)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&uq->ring);
+	struct io_uring_sqe *sqe;
 
+	/*
+	 * Never have more in the kernel than the CQ ring holds: the rest of
+	 * the completions would go to the kernel's overflow list, which
+	 * neither a CQ walk nor the eventfd reports.
+	 */
+	if (unlikely(uq->in_kernel >= uq->cq_entries))
+		return false;
+	sqe = io_uring_get_sqe(&uq->ring);
 	if (unlikely(!sqe)) {
 		/* SQ full: hand the batch to the kernel and try once more. */
 		io_uring_submit(&uq->ring);
@@ -133,6 +143,7 @@ static bool uring_try_issue(struct uring_ioq *uq, struct uring_rq *rq)
 	}
 	rq_prep(sqe, rq);
 	uq->queued++;
+	uq->in_kernel++;
 	return true;
 }
 
@@ -307,11 +318,16 @@ static int uring_reap(struct ioq *q)
 	do {
 		n = 0;
 		io_uring_for_each_cqe(&uq->ring, head, cqe) {
+			uq->in_kernel--;
 			rq_complete(uq, io_uring_cqe_get_data(cqe), cqe->res);
 			n++;
 		}
 		io_uring_cq_advance(&uq->ring, n);
 		total += n;
+		/* Belt and braces: pull back anything that overflowed. */
+		if (!n && io_uring_cq_has_overflow(&uq->ring) &&
+		    io_uring_get_events(&uq->ring) == 0)
+			n = 1;
 	} while (n);
 	uring_issue_pending(uq);
 	return (int)total;
@@ -396,6 +412,7 @@ int uring_ioq_create(struct ioq **out, unsigned int depth)
 	uq->q.ops = &uring_ops;
 	uq->q.backend = IOQ_IO_URING;
 	uq->efd = -1;
+	uq->cq_entries = uq->ring.cq.ring_entries;
 	uq->pending_tail = &uq->pending;
 	*out = &uq->q;
 	return 0;

@@ -177,8 +177,10 @@ static int do_bio(struct bio_volume *v, unsigned int opf, void *buf,
 	if (r)
 		return r;
 	bio = bio_alloc(buf ? 1 : 0, opf);
-	if (!bio)
+	if (!bio) {
+		nbdkit_error("bio_alloc: out of memory");
 		return -ENOMEM;
+	}
 	bio->bi_iter.bi_sector = offset >> SECTOR_SHIFT;
 	if (buf) {
 		r = bio_add_buf(bio, buf, (unsigned int)count);
@@ -202,8 +204,8 @@ out:
 struct span {
 	uint64_t start, end; /* sector-aligned span covering the request */
 	uint64_t mid_start, mid_end; /* whole sectors inside; may be empty */
-	bool head, tail; /* partial first / last sector */
-	bool one; /* head and tail are the same sector */
+	bool head, tail;	     /* partial first / last sector */
+	bool one;		     /* head and tail are the same sector */
 };
 
 static void span_of(uint64_t off, uint64_t count, struct span *s)
@@ -236,8 +238,10 @@ static int span_bio(struct bio_volume *v, unsigned int opf,
 	if (r)
 		return r;
 	bio = bio_alloc(3, opf);
-	if (!bio)
+	if (!bio) {
+		nbdkit_error("bio_alloc: out of memory");
 		return -ENOMEM;
+	}
 	bio->bi_iter.bi_sector = s->start >> SECTOR_SHIFT;
 	if (s->head || s->one)
 		r = bio_add_buf(bio, hb, SECTOR_SIZE);
@@ -382,6 +386,7 @@ static inline int fail(int r)
 
 static const char *op_name(enum req_op op)
 {
+	/* clang-format off */
 	static const char *const names[] = {
 		[REQ_OP_READ] = "read",
 		[REQ_OP_WRITE] = "write",
@@ -391,6 +396,7 @@ static const char *op_name(enum req_op op)
 		[REQ_OP_WRITE_ZEROES] = "zero",
 		[REQ_OP_EXTENTS] = "extents",
 	};
+	/* clang-format on */
 
 	return op < REQ_OP_LAST ? names[op] : "?";
 }
@@ -399,7 +405,8 @@ static void report_member_error(const struct target *t, enum req_op op,
 				uint64_t offset, uint64_t length, int err)
 {
 	/* A refused fast zero is an answer, not a failure. */
-	if (op == REQ_OP_WRITE_ZEROES && (err == -EOPNOTSUPP || err == -ENOTSUP)) {
+	if (op == REQ_OP_WRITE_ZEROES &&
+	    (err == -EOPNOTSUPP || err == -ENOTSUP)) {
 		nbdkit_debug("member %s: fast zero at offset %" PRIu64
 			     " length %" PRIu64 " not possible",
 			     t->name, offset, length);
@@ -412,16 +419,13 @@ static void report_member_error(const struct target *t, enum req_op op,
 
 /* -------- configuration callbacks */
 
+/*
+ * .load cannot fail: what goes wrong here (no thread key, no memory) is
+ * reported by .config_complete or .get_ready.
+ */
 static void bio_load(void)
 {
-	int r = pthread_key_create(&ioq_key, thread_ioq_destructor);
-
-	/* Without the key per-thread queues cannot be set up at all. */
-	if (r) {
-		nbdkit_error("pthread_key_create: %s", strerror(r));
-		abort();
-	}
-	ioq_key_live = true;
+	ioq_key_live = !pthread_key_create(&ioq_key, thread_ioq_destructor);
 	conf_export_init(&cmdline, "");
 }
 
@@ -523,10 +527,15 @@ static int bio_config_complete(void)
 	char msg[1024];
 	int r;
 
+	if (!cmdline.name) {
+		nbdkit_error("out of memory");
+		return -1;
+	}
 	if (!conf_path) {
 		if (export_name) {
-			nbdkit_error("export= selects an export of a conf= file; "
-				     "there is no conf=");
+			nbdkit_error(
+			    "export= selects an export of a conf= file; "
+			    "there is no conf=");
 			return -1;
 		}
 		if (conf_export_check(&cmdline, msg, sizeof(msg))) {
@@ -537,9 +546,10 @@ static int bio_config_complete(void)
 		return 0;
 	}
 	if (cmdline_keys) {
-		nbdkit_error("conf= cannot be combined with file=, stripe-size=, "
-			     "size=, read-only= or description= (put them in %s)",
-			     conf_path);
+		nbdkit_error(
+		    "conf= cannot be combined with file=, stripe-size=, "
+		    "size=, read-only= or description= (put them in %s)",
+		    conf_path);
 		return -1;
 	}
 	r = conf_load(&conf, conf_path, msg, sizeof(msg));
@@ -602,8 +612,8 @@ static int open_volume(struct bio_volume *v, const struct conf_export *e)
 		return r;
 	}
 	v->exp = e;
-	nbdkit_debug("export '%s': %u members, stripe %" PRIu64
-		     ", %" PRIu64 " bytes%s, backend %s",
+	nbdkit_debug("export '%s': %u members, stripe %" PRIu64 ", %" PRIu64
+		     " bytes%s, backend %s",
 		     e->name, e->nr_members, e->chunk_bytes, v->t->size_bytes,
 		     e->readonly ? ", read-only" : "",
 		     ioq_backend_name(backend));
@@ -614,6 +624,10 @@ static int bio_get_ready(void)
 {
 	unsigned int i, n;
 
+	if (!ioq_key_live) {
+		nbdkit_error("pthread_key_create failed: no per-thread queues");
+		return -1;
+	}
 	if (probe_backend())
 		return -1;
 	target_set_error_reporter(report_member_error);
@@ -702,8 +716,8 @@ static const char *bio_export_description(void *handle)
 	return v->exp->description;
 }
 
-static int bio_block_size(void *handle, uint32_t *minimum,
-			  uint32_t *preferred, uint32_t *maximum)
+static int bio_block_size(void *handle, uint32_t *minimum, uint32_t *preferred,
+			  uint32_t *maximum)
 {
 	/*
 	 * Preferred is "no read-modify-write below this": the stripe has no
@@ -848,7 +862,7 @@ static int bio_extents(void *handle, uint32_t count, uint64_t offset,
 		       uint32_t flags, struct nbdkit_extents *extents)
 {
 	struct bio_volume *v = handle;
-	struct bio_extents ext = { 0 };
+	struct bio_extents ext = {0};
 	uint64_t next, len;
 	struct span s;
 	size_t i;
@@ -876,8 +890,8 @@ static int bio_extents(void *handle, uint32_t count, uint64_t offset,
 
 		if (e->offset != next || !e->length) {
 			nbdkit_error("extents: engine answer for %" PRIu64
-				     "+%" PRIu64 " has a gap or overlap at %"
-				     PRIu64,
+				     "+%" PRIu64
+				     " has a gap or overlap at %" PRIu64,
 				     s.start, len, s.start + next);
 			r = -EIO;
 			goto out;
@@ -902,62 +916,61 @@ out:
 	return r ? fail(r) : 0;
 }
 
-#define bio_config_help                                                        \
-	"file=PATH            Member file or block device (repeat; the order\n" \
-	"                     of file= is the stripe order). Required unless\n" \
-	"                     conf= is given; 'nbdkit bio A B' also works.\n" \
-	"stripe-size=SIZE     Stripe unit: a power of two, 4K..1G (default 64K).\n" \
-	"size=SIZE            Volume size, a multiple of 512.  Members are\n" \
-	"                     created or extended (sparse) to hold it, never\n" \
-	"                     truncated. Default: N x the smallest member,\n" \
-	"                     rounded down to whole stripes.\n" \
-	"read-only=BOOL       Serve read-only, members opened read-only.\n" \
-	"description=TEXT     Export description shown to clients.\n" \
-	"backend=io_uring|threads\n" \
-	"                     How members are read and written (default\n" \
-	"                     io_uring, falling back to threads if unusable).\n" \
-	"conf=FILE            Serve the exports of a bionbd config file (see\n" \
-	"                     conf/example.conf) instead of file= etc.\n" \
-	"export=NAME          With conf=: serve only this export."
+/* Shown by "nbdkit bio --help"; one line per key, as nbdkit's plugins do. */
+static const char bio_config_help[] =
+    "file=PATH         Member file or block device; repeat, in stripe order\n"
+    "                  (required unless conf=; 'nbdkit bio A B' works too).\n"
+    "stripe-size=SIZE  Stripe unit, a power of two 4K..1G (default 64K).\n"
+    "size=SIZE         Volume size, a multiple of 512: members are created\n"
+    "                  or extended (sparse), never truncated.  Default: N x\n"
+    "                  the smallest member, rounded down to whole stripes.\n"
+    "read-only=BOOL    Serve read-only; members are opened read-only.\n"
+    "description=TEXT  Export description shown to clients.\n"
+    "backend=io_uring|threads\n"
+    "                  How members are read and written (default io_uring,\n"
+    "                  or threads when io_uring is not usable).\n"
+    "conf=FILE         Serve the exports of a bionbd config file (see\n"
+    "                  conf/example.conf) instead of file= and friends.\n"
+    "export=NAME       With conf=: serve only this export.";
 
 static struct nbdkit_plugin plugin = {
-	.name = "bio",
-	.longname = "bionbd striped volume plugin",
-	.version = BIONBD_VERSION,
-	.description = "Serve RAID-0 volumes of files; each NBD request is a "
-		       "userspace bio split at stripe boundaries",
-	.load = bio_load,
-	.unload = bio_unload,
-	.config = bio_config,
-	.config_complete = bio_config_complete,
-	.config_help = bio_config_help,
-	.magic_config_key = "file",
-	.get_ready = bio_get_ready,
-	.dump_plugin = bio_dump_plugin,
-	.list_exports = bio_list_exports,
-	.default_export = bio_default_export,
-	.open = bio_open,
-	.get_size = bio_get_size,
-	.export_description = bio_export_description,
-	.block_size = bio_block_size,
-	.can_write = bio_can_write,
-	.can_flush = bio_true,
-	.is_rotational = bio_false,
-	.can_trim = bio_true,
-	.can_zero = bio_true,
-	.can_fast_zero = bio_true,
-	.can_fua = bio_can_fua,
-	.can_multi_conn = bio_true,
-	.can_extents = bio_true,
-	.can_cache = bio_can_cache,
-	.pread = bio_pread,
-	.pwrite = bio_pwrite,
-	.flush = bio_flush,
-	.trim = bio_trim,
-	.zero = bio_zero,
-	.extents = bio_extents,
-	.cache = bio_cache,
-	.errno_is_preserved = 1,
+    .name = "bio",
+    .longname = "bionbd striped volume plugin",
+    .version = BIONBD_VERSION,
+    .description = "Serve RAID-0 volumes of files; each NBD request is a "
+		   "userspace bio split at stripe boundaries",
+    .load = bio_load,
+    .unload = bio_unload,
+    .config = bio_config,
+    .config_complete = bio_config_complete,
+    .config_help = bio_config_help,
+    .magic_config_key = "file",
+    .get_ready = bio_get_ready,
+    .dump_plugin = bio_dump_plugin,
+    .list_exports = bio_list_exports,
+    .default_export = bio_default_export,
+    .open = bio_open,
+    .get_size = bio_get_size,
+    .export_description = bio_export_description,
+    .block_size = bio_block_size,
+    .can_write = bio_can_write,
+    .can_flush = bio_true,
+    .is_rotational = bio_false,
+    .can_trim = bio_true,
+    .can_zero = bio_true,
+    .can_fast_zero = bio_true,
+    .can_fua = bio_can_fua,
+    .can_multi_conn = bio_true,
+    .can_extents = bio_true,
+    .can_cache = bio_can_cache,
+    .pread = bio_pread,
+    .pwrite = bio_pwrite,
+    .flush = bio_flush,
+    .trim = bio_trim,
+    .zero = bio_zero,
+    .extents = bio_extents,
+    .cache = bio_cache,
+    .errno_is_preserved = 1,
 };
 
 #define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL

@@ -278,6 +278,13 @@ static void conn_fail(struct conn *c)
 	ev_io_stop(c->w->loop, &c->rio);
 	ev_io_stop(c->w->loop, &c->wio);
 	shutdown(c->fd, SHUT_RDWR);
+	/*
+	 * Unsent handshake bytes can never go either; left counted, they
+	 * would keep conn_closeable() false forever (e.g. a client that sends
+	 * NBD_OPT_ABORT and closes without reading the ACK: the send fails
+	 * with EPIPE), leaking the connection and blocking shutdown.
+	 */
+	c->olen = c->ooff = 0;
 	while ((r = c->oq_head)) {
 		c->oq_head = r->next;
 		req_free(r);
@@ -337,6 +344,12 @@ void conn_accept(struct worker *w, int fd)
 
 static int obuf_add(struct conn *c, const void *p, size_t n)
 {
+	/*
+	 * Replies without data (ACK) pass p == NULL: memcpy with a NULL
+	 * pointer is undefined even for 0 bytes, and UBSan stops the server.
+	 */
+	if (!n)
+		return 0;
 	if (c->olen + n > c->ocap) {
 		size_t cap = c->ocap ? c->ocap * 2 : 256;
 		uint8_t *b;

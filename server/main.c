@@ -377,22 +377,24 @@ static void error_reporter(const struct target *t, enum req_op op,
 		strerror(-err));
 }
 
-static void open_export(struct export *x, const struct conf_export *ce)
+/* Returns 0, or -errno with a one-line message in @err. */
+static int open_export(struct export *x, const struct conf_export *ce,
+		       char *err, size_t errlen)
 {
 	struct volume_config vc;
-	char err[512];
 	int r;
 
 	conf_export_volume(ce, &vc);
-	r = volume_open(&x->vol, &vc, err, sizeof(err));
+	r = volume_open(&x->vol, &vc, err, errlen);
 	if (r)
-		die("export '%s': %s", ce->name, err);
+		return r;
 	x->name = strdup(ce->name);
 	x->description = ce->description ? strdup(ce->description) : NULL;
 	if (!x->name || (ce->description && !x->description))
 		die("out of memory");
 	x->size_bytes = x->vol->size_bytes;
 	x->readonly = ce->readonly;
+	return 0;
 }
 
 static void set_export_key(struct conf_export *e, const char *key,
@@ -427,7 +429,8 @@ static void exports_from_cmdline(const struct options *o)
 	if (!srv.exports)
 		die("out of memory");
 	srv.nr_exports = 1;
-	open_export(&srv.exports[0], &ce);
+	if (open_export(&srv.exports[0], &ce, err, sizeof(err)))
+		die("export '%s': %s", ce.name, err);
 	conf_export_release(&ce);
 }
 
@@ -435,6 +438,8 @@ static struct conf *exports_from_file(struct options *o)
 {
 	struct conf *c;
 	char err[512];
+	char **fresh;
+	unsigned int nr_fresh = 0;
 
 	if (o->nr_members || o->stripe_size || o->size || o->export_name)
 		die("-c %s: member files, --stripe-size, --size and -e belong in the config file",
@@ -444,15 +449,39 @@ static struct conf *exports_from_file(struct options *o)
 	srv.exports = calloc(c->nr_exports, sizeof(*srv.exports));
 	if (!srv.exports)
 		die("out of memory");
+	/*
+	 * volume_open() checks an export before creating its members, but
+	 * only that export: a mistake in a later one would leave an earlier
+	 * one's new members behind.  Note which member files do not exist
+	 * yet, and remove them again if any export fails.
+	 */
+	for (unsigned int i = 0; i < c->nr_exports; i++)
+		nr_fresh += c->exports[i].nr_members;
+	fresh = calloc(nr_fresh ? nr_fresh : 1, sizeof(*fresh));
+	if (!fresh)
+		die("out of memory");
+	nr_fresh = 0;
+	for (unsigned int i = 0; i < c->nr_exports; i++)
+		for (unsigned int k = 0; k < c->exports[i].nr_members; k++)
+			if (access(c->exports[i].members[k], F_OK) &&
+			    errno == ENOENT)
+				fresh[nr_fresh++] = c->exports[i].members[k];
 	for (unsigned int i = 0; i < c->nr_exports; i++) {
 		struct conf_export *ce = &c->exports[i];
 
 		/* -r makes every export read-only. */
 		if (o->readonly)
 			ce->readonly = true;
-		open_export(&srv.exports[i], ce);
+		if (open_export(&srv.exports[i], ce, err, sizeof(err))) {
+			for (unsigned int j = 0; j < i; j++)
+				target_destroy(srv.exports[j].vol);
+			for (unsigned int k = 0; k < nr_fresh; k++)
+				unlink(fresh[k]);
+			die("export '%s': %s", ce->name, err);
+		}
 		srv.nr_exports++;
 	}
+	free(fresh);
 	return c;
 }
 

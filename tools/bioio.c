@@ -48,10 +48,10 @@ enum cmd_kind {
 
 /* What a command takes after its name. */
 enum {
-	ARG_RANGE = 1u << 0, /* OFF LEN */
-	ARG_BYTE = 1u << 1, /* BYTE after the range */
+	ARG_RANGE = 1u << 0,  /* OFF LEN */
+	ARG_BYTE = 1u << 1,   /* BYTE after the range */
 	ARG_ZFLAGS = 1u << 2, /* [nounmap] [fast] after the range */
-	ARG_TEXT = 1u << 3, /* one free-form word */
+	ARG_TEXT = 1u << 3,   /* one free-form word */
 };
 
 struct cmd_desc {
@@ -62,32 +62,28 @@ struct cmd_desc {
 };
 
 static const struct cmd_desc cmd_table[] = {
-	{ "write", CMD_WRITE, ARG_RANGE | ARG_BYTE,
-	  "OFF LEN BYTE      write LEN bytes of BYTE" },
-	{ "writef", CMD_WRITEF, ARG_RANGE | ARG_BYTE,
-	  "OFF LEN BYTE      the same with FUA" },
-	{ "writein", CMD_WRITEIN, ARG_RANGE,
-	  "OFF LEN           write LEN bytes read from stdin" },
-	{ "read", CMD_READ, ARG_RANGE,
-	  "OFF LEN           read; print the POSIX cksum of the data" },
-	{ "readout", CMD_READOUT, ARG_RANGE,
-	  "OFF LEN           read; write the data to stdout (no result line)" },
-	{ "check", CMD_CHECK, ARG_RANGE | ARG_BYTE,
-	  "OFF LEN BYTE      read; fail unless every byte is BYTE" },
-	{ "zero", CMD_ZERO, ARG_RANGE | ARG_ZFLAGS,
-	  "OFF LEN [nounmap] [fast]  write zeroes" },
-	{ "trim", CMD_TRIM, ARG_RANGE,
-	  "OFF LEN           discard" },
-	{ "cache", CMD_CACHE, ARG_RANGE,
-	  "OFF LEN           readahead hint" },
-	{ "flush", CMD_FLUSH, 0,
-	  "                  flush every member" },
-	{ "extents", CMD_EXTENTS, ARG_RANGE,
-	  "OFF LEN           print allocation extents (volume offsets)" },
-	{ "size", CMD_SIZE, 0,
-	  "                  print the volume size in bytes" },
-	{ "sh", CMD_SH, ARG_TEXT,
-	  "'SHELL COMMAND'   run /bin/sh -c between bios; fails on non-zero exit" },
+    {"write", CMD_WRITE, ARG_RANGE | ARG_BYTE,
+     "OFF LEN BYTE      write LEN bytes of BYTE"},
+    {"writef", CMD_WRITEF, ARG_RANGE | ARG_BYTE,
+     "OFF LEN BYTE      the same with FUA"},
+    {"writein", CMD_WRITEIN, ARG_RANGE,
+     "OFF LEN           write LEN bytes read from stdin"},
+    {"read", CMD_READ, ARG_RANGE,
+     "OFF LEN           read; print the POSIX cksum of the data"},
+    {"readout", CMD_READOUT, ARG_RANGE,
+     "OFF LEN           read; write the data to stdout (no result line)"},
+    {"check", CMD_CHECK, ARG_RANGE | ARG_BYTE,
+     "OFF LEN BYTE      read; fail unless every byte is BYTE"},
+    {"zero", CMD_ZERO, ARG_RANGE | ARG_ZFLAGS,
+     "OFF LEN [nounmap] [fast]  write zeroes"},
+    {"trim", CMD_TRIM, ARG_RANGE, "OFF LEN           discard"},
+    {"cache", CMD_CACHE, ARG_RANGE, "OFF LEN           readahead hint"},
+    {"flush", CMD_FLUSH, 0, "                  flush every member"},
+    {"extents", CMD_EXTENTS, ARG_RANGE,
+     "OFF LEN           print allocation extents (volume offsets)"},
+    {"size", CMD_SIZE, 0, "                  print the volume size in bytes"},
+    {"sh", CMD_SH, ARG_TEXT,
+     "'SHELL COMMAND'   run /bin/sh -c between bios; fails on non-zero exit"},
 };
 
 struct cmd {
@@ -150,30 +146,36 @@ static uint32_t posix_cksum(const unsigned char *p, uint64_t n)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: bioio [OPTIONS] MEMBER... -- CMD [ARG...] [CMD [ARG...]]...\n"
-		"\n"
-		"Open a striped volume as the front ends do and run one bio per command.\n"
-		"\n"
-		"options:\n"
-		"  -b, --backend io_uring|threads  I/O backend (default io_uring)\n"
-		"  -s, --stripe-size SIZE          chunk size (default 64K)\n"
-		"  -S, --size SIZE                 volume size; creates/extends members\n"
-		"  -d, --direct                    open members with O_DIRECT\n"
-		"  -r, --readonly                  open members read-only\n"
-		"  -n, --segments N                split each data buffer into N segments\n"
-		"  -q, --quiet-members             do not print per-member errors\n"
-		"  -h, --help                      this text\n"
-		"\n"
-		"commands (OFF and LEN take K/M/G suffixes, multiples of 512):\n");
+	fprintf(
+	    f,
+	    "usage: bioio [OPTIONS] MEMBER... -- CMD [ARG...] [CMD "
+	    "[ARG...]]...\n"
+	    "\n"
+	    "Open a striped volume as the front ends do and run one bio per "
+	    "command.\n"
+	    "\n"
+	    "options:\n"
+	    "  -b, --backend io_uring|threads  I/O backend (default io_uring)\n"
+	    "  -s, --stripe-size SIZE          chunk size (default 64K)\n"
+	    "  -S, --size SIZE                 volume size; creates/extends "
+	    "members\n"
+	    "  -d, --direct                    open members with O_DIRECT\n"
+	    "  -r, --readonly                  open members read-only\n"
+	    "  -n, --segments N                split each data buffer into N "
+	    "segments\n"
+	    "  -q, --quiet-members             do not print per-member errors\n"
+	    "  -h, --help                      this text\n"
+	    "\n"
+	    "commands (OFF and LEN take K/M/G suffixes, multiples of 512):\n");
 	for (size_t i = 0; i < sizeof(cmd_table) / sizeof(cmd_table[0]); i++)
 		fprintf(f, "  %-8s %s\n", cmd_table[i].name, cmd_table[i].help);
-	fprintf(f,
-		"\n"
-		"Each command prints one line on stdout; an error prints\n"
-		"\"bioio: CMD OFF LEN: message\" on stderr and the next command still runs.\n"
-		"Exit status: 0 all commands succeeded, 1 a command or the volume failed,\n"
-		"2 bad command line.\n");
+	fprintf(f, "\n"
+		   "Each command prints one line on stdout; an error prints\n"
+		   "\"bioio: CMD OFF LEN: message\" on stderr and the next "
+		   "command still runs.\n"
+		   "Exit status: 0 all commands succeeded, 1 a command or the "
+		   "volume failed,\n"
+		   "2 bad command line.\n");
 }
 
 static const struct cmd_desc *find_cmd(const char *name)
@@ -212,25 +214,28 @@ static int parse_cmd(int argc, char **argv, int *i, struct cmd *c)
 		fprintf(stderr, "bioio: unknown command '%s'\n", name);
 		return -EINVAL;
 	}
-	need = (c->d->args & ARG_RANGE ? 2 : 0) + (c->d->args & ARG_BYTE ? 1 : 0) +
+	need = (c->d->args & ARG_RANGE ? 2 : 0) +
+	       (c->d->args & ARG_BYTE ? 1 : 0) +
 	       (c->d->args & ARG_TEXT ? 1 : 0);
 	if (argc - *i < (int)need) {
-		fprintf(stderr, "bioio: %s: expects %s\n", name,
-			c->d->help);
+		fprintf(stderr, "bioio: %s: expects %s\n", name, c->d->help);
 		return -EINVAL;
 	}
 	if (c->d->args & ARG_RANGE) {
 		const char *o = argv[(*i)++], *l = argv[(*i)++];
 
-		if (parse_size(o, &c->off_bytes) || parse_size(l, &c->len_bytes)) {
-			fprintf(stderr, "bioio: %s %s %s: bad offset or length\n",
-				name, o, l);
+		if (parse_size(o, &c->off_bytes) ||
+		    parse_size(l, &c->len_bytes)) {
+			fprintf(stderr,
+				"bioio: %s %s %s: bad offset or length\n", name,
+				o, l);
 			return -EINVAL;
 		}
 		if ((c->off_bytes | c->len_bytes) & (SECTOR_SIZE - 1) ||
 		    !c->len_bytes || c->len_bytes > MAX_BIO_BYTES) {
 			fprintf(stderr,
-				"bioio: %s %s %s: offset and length must be multiples of 512, length 512..%" PRIu64 "\n",
+				"bioio: %s %s %s: offset and length must be "
+				"multiples of 512, length 512..%" PRIu64 "\n",
 				name, o, l, (uint64_t)MAX_BIO_BYTES);
 			return -EINVAL;
 		}
@@ -241,7 +246,8 @@ static int parse_cmd(int argc, char **argv, int *i, struct cmd *c)
 		const char *b = argv[(*i)++];
 
 		if (parse_byte(b, &c->byte)) {
-			fprintf(stderr, "bioio: %s: bad byte value '%s' (0..255)\n",
+			fprintf(stderr,
+				"bioio: %s: bad byte value '%s' (0..255)\n",
 				c->label, b);
 			return -EINVAL;
 		}
@@ -277,10 +283,13 @@ static int parse_cmd(int argc, char **argv, int *i, struct cmd *c)
 static const char *op_name(enum req_op op)
 {
 	static const char *const names[] = {
-		[REQ_OP_READ] = "read",	      [REQ_OP_WRITE] = "write",
-		[REQ_OP_FLUSH] = "flush",     [REQ_OP_DISCARD] = "discard",
-		[REQ_OP_CACHE] = "cache",     [REQ_OP_WRITE_ZEROES] = "write-zeroes",
-		[REQ_OP_EXTENTS] = "extents",
+	    [REQ_OP_READ] = "read",
+	    [REQ_OP_WRITE] = "write",
+	    [REQ_OP_FLUSH] = "flush",
+	    [REQ_OP_DISCARD] = "discard",
+	    [REQ_OP_CACHE] = "cache",
+	    [REQ_OP_WRITE_ZEROES] = "write-zeroes",
+	    [REQ_OP_EXTENTS] = "extents",
 	};
 
 	return op < REQ_OP_LAST && names[op] ? names[op] : "op?";
@@ -337,7 +346,8 @@ static struct bio *build_bio(const struct cmd *c, unsigned int opf, void *buf,
 		return NULL;
 	bio->bi_iter.bi_sector = c->off_bytes >> SECTOR_SHIFT;
 	for (uint64_t done = 0; done < c->len_bytes; done += seg) {
-		uint64_t n = c->len_bytes - done < seg ? c->len_bytes - done : seg;
+		uint64_t n =
+		    c->len_bytes - done < seg ? c->len_bytes - done : seg;
 
 		if (bio_add_buf(bio, (char *)buf + done, (unsigned int)n)) {
 			bio_put(bio);
@@ -413,7 +423,7 @@ static int run_sh(const struct cmd *c)
 static int run_cmd(struct target *vol, const struct cmd *c,
 		   const struct opts *o)
 {
-	struct bio_extents ext = { 0 };
+	struct bio_extents ext = {0};
 	void *buf = NULL;
 	struct bio *bio = NULL;
 	unsigned int opf;
@@ -503,10 +513,11 @@ static int run_cmd(struct target *vol, const struct cmd *c,
 		for (uint64_t i = 0; i < c->len_bytes; i++) {
 			if (p[i] != c->byte) {
 				fflush(stdout);
-				fprintf(stderr,
-					"bioio: %s: mismatch at volume offset %" PRIu64 ": 0x%02x, expected 0x%02x\n",
-					c->label, c->off_bytes + i, p[i],
-					c->byte);
+				fprintf(
+				    stderr,
+				    "bioio: %s: mismatch at volume offset "
+				    "%" PRIu64 ": 0x%02x, expected 0x%02x\n",
+				    c->label, c->off_bytes + i, p[i], c->byte);
 				free(buf);
 				return -1;
 			}
@@ -545,15 +556,15 @@ static void free_cmds(struct cmd *cmds, int nr)
 static int parse_options(int argc, char **argv, struct opts *o)
 {
 	static const struct option longopts[] = {
-		{ "backend", required_argument, NULL, 'b' },
-		{ "stripe-size", required_argument, NULL, 's' },
-		{ "size", required_argument, NULL, 'S' },
-		{ "direct", no_argument, NULL, 'd' },
-		{ "readonly", no_argument, NULL, 'r' },
-		{ "segments", required_argument, NULL, 'n' },
-		{ "quiet-members", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
+	    {"backend", required_argument, NULL, 'b'},
+	    {"stripe-size", required_argument, NULL, 's'},
+	    {"size", required_argument, NULL, 'S'},
+	    {"direct", no_argument, NULL, 'd'},
+	    {"readonly", no_argument, NULL, 'r'},
+	    {"segments", required_argument, NULL, 'n'},
+	    {"quiet-members", no_argument, NULL, 'q'},
+	    {"help", no_argument, NULL, 'h'},
+	    {0},
 	};
 	char *end;
 	unsigned long n;
@@ -566,14 +577,16 @@ static int parse_options(int argc, char **argv, struct opts *o)
 		case 'b':
 			if (ioq_backend_parse(optarg, &o->backend)) {
 				fprintf(stderr,
-					"bioio: --backend %s: expected io_uring or threads\n",
+					"bioio: --backend %s: expected "
+					"io_uring or threads\n",
 					optarg);
 				return -EINVAL;
 			}
 			break;
 		case 's':
 			if (parse_size(optarg, &o->chunk_bytes)) {
-				fprintf(stderr, "bioio: --stripe-size %s: bad size\n",
+				fprintf(stderr,
+					"bioio: --stripe-size %s: bad size\n",
 					optarg);
 				return -EINVAL;
 			}
@@ -596,8 +609,10 @@ static int parse_options(int argc, char **argv, struct opts *o)
 			n = strtoul(optarg, &end, 10);
 			if (errno || end == optarg || *end || !n ||
 			    n > BIO_INLINE_VECS * 1024) {
-				fprintf(stderr, "bioio: --segments %s: expected 1..%u\n",
-					optarg, BIO_INLINE_VECS * 1024);
+				fprintf(
+				    stderr,
+				    "bioio: --segments %s: expected 1..%u\n",
+				    optarg, BIO_INLINE_VECS * 1024);
 				return -EINVAL;
 			}
 			o->segments = (unsigned int)n;
@@ -617,8 +632,8 @@ static int parse_options(int argc, char **argv, struct opts *o)
 
 int main(int argc, char **argv)
 {
-	struct opts o = { .backend = IOQ_IO_URING, .segments = 1 };
-	struct volume_config cfg = { 0 };
+	struct opts o = {.backend = IOQ_IO_URING, .segments = 1};
+	struct volume_config cfg = {0};
 	struct target *vol = NULL;
 	struct ioq *q = NULL;
 	struct cmd *cmds = NULL;
@@ -649,7 +664,6 @@ int main(int argc, char **argv)
 	for (i = first_cmd; i < argc;)
 		if (parse_cmd(argc, argv, &i, &cmds[nr_cmds++]))
 			goto usage;
-
 
 	cfg.chunk_bytes = o.chunk_bytes;
 	cfg.size_bytes = o.size_bytes;

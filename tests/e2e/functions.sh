@@ -6,6 +6,7 @@
 #   make_tmpdir                      # sets $tmp; removed at exit
 #   start_bg nbdkit -f ...           # PID in $BG_PID; killed at exit
 #   on_exit 'some shell command'     # extra cleanup, run in reverse order
+#   bioio --backend threads A B -- write 0 64K 1   # the engine CLI, with a timeout
 #   expect_fail bioio ... -- ...     # must exit non-zero
 #   die "what went wrong"            # fail the test
 #
@@ -22,6 +23,9 @@ SRC_DIR=${SRC_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
 BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
 BIOIO=$BUILD_DIR/tools/bioio
+
+# Seconds any one engine tool run may take before it counts as hung.
+TOOL_TIMEOUT=${BIONBD_TOOL_TIMEOUT:-60}
 
 # Backends every engine-level test runs on; override to narrow a run:
 #   BIONBD_BACKENDS=threads bash tests/e2e/test-fault-eio.sh
@@ -45,14 +49,26 @@ skip() { printf '%s: SKIP: %s\n' "$test_name" "$*" >&2; exit 77; }
 _cleanup_hooks=()
 _cleanup_mounts=()
 _cleanup_pids=()
+_failure_logs=()
 tmp=
 
 on_exit() { _cleanup_hooks+=("$1"); }
+
+# show_log_on_failure FILE: print FILE's tail if the test fails (server
+# logs that would otherwise be deleted with $tmp).
+show_log_on_failure() { _failure_logs+=("$1"); }
 
 _cleanup() {
     local rc=$? i m pid n
     set +e
     trap '' INT TERM
+    if [[ $rc -ne 0 && $rc -ne 77 ]]; then
+        for m in "${_failure_logs[@]}"; do
+            [[ -s $m ]] || continue
+            echo "--- $m (last 40 lines)" >&2
+            tail -n 40 "$m" >&2
+        done
+    fi
     for ((i = ${#_cleanup_hooks[@]} - 1; i >= 0; i--)); do
         eval "${_cleanup_hooks[i]}"
     done
@@ -154,23 +170,27 @@ requires_bioio() {
 
 # ------------------------------------------------------------ mounts
 
-# mount_tmpfs DIR SIZE: a small tmpfs at DIR (created), unmounted at exit.
+# mount_tmpfs DIR SIZE [OPTIONS]: a small tmpfs at DIR (created), unmounted
+# at exit.  OPTIONS are more -o options, comma separated.
 mount_tmpfs() {
     mkdir -p "$1"
-    mount -t tmpfs -o "size=$2" tmpfs "$1" || die "mount tmpfs $1 failed"
+    mount -t tmpfs -o "size=$2${3:+,$3}" tmpfs "$1" ||
+        die "mount tmpfs $1 failed"
     _cleanup_mounts+=("$1")
 }
 
 # mount_nbdfuse DIR CMD [ARGS...]: serve "nbdkit -s ..." (or any NBD server
 # speaking on stdin/stdout) as the file DIR/nbd; waits until it is ready.
-# Unmounted at exit, which also ends nbdfuse and the server.
+# Unmounted at exit, which also ends nbdfuse and the server.  Their output
+# goes to DIR.log, shown if the test fails.
 mount_nbdfuse() {
     local dir=$1 pidfile n
     shift
     mkdir -p "$dir"
     pidfile=$dir.pid
     rm -f "$pidfile"
-    start_bg nbdfuse -P "$pidfile" "$dir" --command "$@"
+    start_bg nbdfuse -P "$pidfile" "$dir" --command "$@" >"$dir.log" 2>&1
+    show_log_on_failure "$dir.log"
     _cleanup_mounts+=("$dir")
     for ((n = 0; n < 100; n++)); do
         [[ -s $pidfile ]] && is_mounted "$dir" && return 0
@@ -178,6 +198,15 @@ mount_nbdfuse() {
         sleep 0.1
     done
     die "nbdfuse $dir not ready after 10 s"
+}
+
+# ------------------------------------------------------------ tools
+
+# bioio ARGS...: the engine's command-line tool (tools/bioio.c), killed
+# after $TOOL_TIMEOUT seconds so a hung engine fails the test instead of
+# hanging it (exit status 124 then).
+bioio() {
+    timeout -k 5 "$TOOL_TIMEOUT" "$BIOIO" "$@"
 }
 
 # ------------------------------------------------------------ assertions
@@ -195,6 +224,12 @@ expect_ok() {
     local rc=0
     "$@" || rc=$?
     [[ $rc -eq 0 ]] || die "exit status $rc: $*"
+}
+
+# expect_same_file EXPECTED ACTUAL [WHAT]: the files are equal; otherwise
+# show a diff and fail.
+expect_same_file() {
+    diff -u "$1" "$2" >&2 || die "${3:-$2}: differs from $1 (diff above)"
 }
 
 # expect_grep PATTERN FILE: FILE has a line matching the (extended) regex.
@@ -273,6 +308,10 @@ stripe_member() {
 #                            without serving; its output in $SERVER_ERR
 #   nbd_uri [EXPORT]         URI of the running server (for qemu, nbdcopy,
 #                            fio, nbdinfo)
+#   SERVER_UNALIGNED         what the server does with requests that are
+#                            not 512-byte aligned: "serve" (the plugin:
+#                            correct results) or "reject" (EINVAL, nothing
+#                            changed); tests check whichever it claims
 #   requires_nbdpy           Debian's python3 with libnbd's module (skip)
 #   nbdpy [ARGS...]          run it with tests/e2e on PYTHONPATH, so
 #                            scripts can "import nbd_e2e" (see nbd_e2e.py)
@@ -282,7 +321,13 @@ BIO_PLUGIN=$BUILD_DIR/plugins/nbdkit-bio-plugin.so
 BIONBD=$BUILD_DIR/server/bionbd
 NBDPY=/usr/bin/python3
 _server_seq=0
-NBD_SOCK= NBD_URI= SERVER_PID= SERVER_LOG= SERVER_ERR=
+NBD_SOCK='' NBD_URI='' SERVER_PID='' SERVER_LOG='' SERVER_ERR=''
+if [[ -z ${SERVER_UNALIGNED:-} ]]; then
+    case $SERVER in
+    plugin) SERVER_UNALIGNED=serve ;;
+    *) SERVER_UNALIGNED=reject ;;
+    esac
+fi
 
 requires_server() {
     case $SERVER in
@@ -306,9 +351,10 @@ requires_nbdpy() {
 # PATH and lack the nbd module.
 nbdpy() {
     PATH=/usr/bin:$PATH PYTHONPATH=$SRC_DIR/tests/e2e${PYTHONPATH:+:$PYTHONPATH} \
-        TEST_NAME=$test_name "$NBDPY" "$@"
+        TEST_NAME=$test_name UNALIGNED=$SERVER_UNALIGNED "$NBDPY" "$@"
 }
 
+# shellcheck disable=SC2120 # EXPORT is optional
 nbd_uri() {
     echo "nbd+unix:///${1:-}?socket=$NBD_SOCK"
 }
@@ -316,9 +362,9 @@ nbd_uri() {
 # _server_cmd SOCK PIDFILE OPTIONS... : the selected server's command line,
 # in the array _cmd.
 _server_cmd() {
-    local sock=$1 pidfile=$2 ro= chunk= size= be= conf= export= arg
+    local sock=$1 pidfile=$2 ro='' chunk='' size='' be='' conf='' export='' arg
     shift 2
-    local members=()
+    local mem=()
     while [[ $# -gt 0 ]]; do
         case $1 in
         -r) ro=1 ;;
@@ -327,9 +373,9 @@ _server_cmd() {
         --backend) be=$2; shift ;;
         --conf) conf=$2; shift ;;
         --export) export=$2; shift ;;
-        --) shift; members+=("$@"); break ;;
+        --) shift; mem+=("$@"); break ;;
         -*) die "start_server: unknown option $1" ;;
-        *) members+=("$1") ;;
+        *) mem+=("$1") ;;
         esac
         shift
     done
@@ -338,7 +384,7 @@ _server_cmd() {
         _cmd=(nbdkit -f --exit-with-parent -U "$sock" -P "$pidfile")
         [[ -z $ro ]] || _cmd+=(-r)
         _cmd+=("$BIO_PLUGIN")
-        for arg in "${members[@]}"; do _cmd+=("file=$arg"); done
+        for arg in "${mem[@]}"; do _cmd+=("file=$arg"); done
         [[ -z $chunk ]] || _cmd+=("stripe-size=$chunk")
         [[ -z $size ]] || _cmd+=("size=$size")
         [[ -z $be ]] || _cmd+=("backend=$be")
@@ -353,7 +399,7 @@ _server_cmd() {
         [[ -z $be ]] || _cmd+=(--backend "$be")
         [[ -z $conf ]] || _cmd+=(-c "$conf")
         [[ -z $export ]] || _cmd+=(-e "$export")
-        _cmd+=("${members[@]}")
+        _cmd+=("${mem[@]}")
         ;;
     esac
 }
@@ -367,7 +413,8 @@ start_server() {
     _server_cmd "$NBD_SOCK" "$pidfile" "$@"
     start_bg "${_cmd[@]}" </dev/null >"$SERVER_LOG" 2>&1
     SERVER_PID=$BG_PID
-    NBD_URI=$(nbd_uri)
+    show_log_on_failure "$SERVER_LOG"
+    NBD_URI="nbd+unix:///?socket=$NBD_SOCK"
     # The pid file is written once the socket listens.
     for ((n = 0; n < 300; n++)); do
         [[ -s $pidfile && -S $NBD_SOCK ]] && return 0
@@ -384,11 +431,12 @@ stop_server() {
     local n
     [[ -n $SERVER_PID ]] || return 0
     kill -TERM "$SERVER_PID" 2>/dev/null || :
-    for ((n = 0; n < 100; n++)); do
+    for ((n = 0; n < 300; n++)); do
         kill -0 "$SERVER_PID" 2>/dev/null || break
         sleep 0.05
     done
-    kill -0 "$SERVER_PID" 2>/dev/null && die "server $SERVER_PID ignores SIGTERM"
+    kill -0 "$SERVER_PID" 2>/dev/null &&
+        die "server $SERVER_PID still running 15 s after SIGTERM"
     wait "$SERVER_PID" 2>/dev/null || :
     rm -f "$NBD_SOCK"
     SERVER_PID=
@@ -410,14 +458,72 @@ server_must_fail() {
     [[ ! -S $sock ]] || die "refused, but created its socket: ${_cmd[*]}"
 }
 
-# _server_logs_on_failure: a failing test shows what the servers said.
-_server_logs_on_failure() {
-    local f
-    [[ ${rc:-0} -ne 0 && ${rc:-0} -ne 77 && -n $tmp ]] || return 0
-    for f in "$tmp"/server.*.log; do
-        [[ -s $f ]] || continue
-        printf '%s: --- %s (last 30 lines)\n' "$test_name" "${f##*/}" >&2
-        tail -n 30 "$f" | sed 's/^/    /' >&2
+# ------------------------------------------------------------ bionbd itself
+#
+# The native server's own suites (test-server-*.sh) need its real flags
+# (-c, -t, -r, --backend, ...), so they start it directly:
+#
+#   start_bionbd ARGS...     $BIONBD -f -U SOCK -P PIDFILE ARGS... in the
+#                            background (stderr in $SERVER_LOG), stopped by
+#                            PID at exit; returns once it accepts
+#                            connections.  Sets NBD_SOCK, NBD_URI,
+#                            SERVER_PID, SERVER_LOG, SERVER_PIDFILE.
+#   stop_bionbd              SIGTERM by PID: the server must exit 0 within
+#                            20 s, remove its socket and pidfile, and leave
+#                            no sanitizer report in its log.
+#   check_sanitizer_log FILE FILE holds no AddressSanitizer, LeakSanitizer
+#                            or UBSan report (any build: the patterns never
+#                            match a clean run).
+SERVER_PIDFILE=
+
+start_bionbd() {
+    local n
+    _server_seq=$((_server_seq + 1))
+    NBD_SOCK=$tmp/nbd.$_server_seq.sock
+    SERVER_LOG=$tmp/server.$_server_seq.log
+    SERVER_PIDFILE=$tmp/server.$_server_seq.pid
+    [[ -x $BIONBD ]] || die "$BIONBD not built"
+    start_bg "$BIONBD" -f -U "$NBD_SOCK" -P "$SERVER_PIDFILE" "$@" \
+        </dev/null >"$SERVER_LOG" 2>&1
+    SERVER_PID=$BG_PID
+    show_log_on_failure "$SERVER_LOG"
+    NBD_URI=$(nbd_uri)
+    # bionbd writes the pidfile after its listeners are set up.
+    for ((n = 0; n < 400; n++)); do
+        [[ -s $SERVER_PIDFILE && -S $NBD_SOCK ]] && return 0
+        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+            sed 's/^/    /' "$SERVER_LOG" >&2
+            die "bionbd exited during start-up: $BIONBD $*"
+        fi
+        sleep 0.05
     done
+    die "bionbd not ready after 20 s: $BIONBD $*"
 }
-on_exit _server_logs_on_failure
+
+check_sanitizer_log() {
+    if grep -E -q 'ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: (Address|UndefinedBehavior|Leak)Sanitizer' "$1"; then
+        sed 's/^/    /' "$1" >&2
+        die "$1: sanitizer report (above)"
+    fi
+}
+
+stop_bionbd() {
+    local n rc=0
+    [[ -n $SERVER_PID ]] || return 0
+    kill -TERM "$SERVER_PID" 2>/dev/null || :
+    for ((n = 0; n < 400; n++)); do
+        kill -0 "$SERVER_PID" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill -0 "$SERVER_PID" 2>/dev/null &&
+        die "bionbd $SERVER_PID still running 20 s after SIGTERM"
+    wait "$SERVER_PID" || rc=$?
+    SERVER_PID=
+    check_sanitizer_log "$SERVER_LOG"
+    [[ $rc -eq 0 ]] || {
+        sed 's/^/    /' "$SERVER_LOG" >&2
+        die "bionbd exited with status $rc after SIGTERM"
+    }
+    [[ ! -e $NBD_SOCK ]] || die "bionbd left its socket $NBD_SOCK behind"
+    [[ ! -e $SERVER_PIDFILE ]] || die "bionbd left its pidfile behind"
+}

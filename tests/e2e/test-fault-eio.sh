@@ -48,19 +48,13 @@ if dd if=/dev/zero of="$fe" bs=4K count=1 oflag=direct conv=notrunc status=none 
 fi
 rm -f "$ctl_w"
 
-expect_output() { # WHAT EXPECTED-FILE ACTUAL-FILE
-    if ! diff -u "$2" "$3" >&2; then
-        die "$1: output differs from the expected (above)"
-    fi
-}
-
 # run_bioio DIR BACKEND MEMBER... -- CMDS: run, expect exit status 1 (some
 # commands are meant to fail); output in DIR/out, DIR/err, and the command
 # errors (without the per-member lines) in DIR/err.cmds.
 run_bioio() {
     local d=$1 be=$2 rc=0
     shift 2
-    "$BIOIO" --backend "$be" --direct --size 12M --stripe-size 64K "$@" \
+    bioio --backend "$be" --direct --size 12M --stripe-size 64K "$@" \
         >"$d/out" 2>"$d/err" || rc=$?
     [[ $rc -eq 1 ]] || { cat "$d/err" >&2; die "$be: bioio exit status $rc, expected 1"; }
     grep -v '^bioio: member ' "$d/err" >"$d/err.cmds" || :
@@ -140,7 +134,7 @@ check 640K 64K: ok
 check 704K 64K: ok
 flush: ok
 EOF
-    expect_output "$be eio" "$d/out.expected" "$d/out"
+    expect_same_file "$d/out.expected" "$d/out" "$be eio"
     cat >"$d/err.expected" <<EOF
 bioio: write 0 768K: Input/output error
 bioio: writef 64K 64K: Input/output error
@@ -148,7 +142,7 @@ bioio: read 0 768K: Input/output error
 bioio: trim 384K 192K: Input/output error
 bioio: zero 576K 192K: Input/output error
 EOF
-    expect_output "$be eio errors" "$d/err.expected" "$d/err.cmds"
+    expect_same_file "$d/err.expected" "$d/err.cmds" "$be eio errors"
     # The engine names the failing member, and only that one.
     expect_grep "^bioio: member $fe: write [0-9]+\+[0-9]+: Input/output error$" "$d/err"
     expect_grep "^bioio: member $fe: read [0-9]+\+[0-9]+: Input/output error$" "$d/err"
@@ -203,9 +197,9 @@ write 64K 64K: ok
 check 64K 64K: ok
 flush: ok
 EOF
-    expect_output "$be enospc" "$d/out.expected" "$d/out"
+    expect_same_file "$d/out.expected" "$d/out" "$be enospc"
     echo "bioio: write 0 768K: No space left on device" >"$d/err.expected"
-    expect_output "$be enospc errors" "$d/err.expected" "$d/err.cmds"
+    expect_same_file "$d/err.expected" "$d/err.cmds" "$be enospc errors"
     expect_grep "^bioio: member $fs: write [0-9]+\+[0-9]+: No space left on device$" "$d/err"
     expect_no_grep "^bioio: member ($m0|$m2):" "$d/err"
 

@@ -46,8 +46,8 @@ struct layout {
 };
 
 static const unsigned int all_ops[] = {
-	REQ_OP_READ,	REQ_OP_WRITE,	     REQ_OP_FLUSH,   REQ_OP_DISCARD,
-	REQ_OP_CACHE,	REQ_OP_WRITE_ZEROES, REQ_OP_EXTENTS,
+    REQ_OP_READ,  REQ_OP_WRITE,	       REQ_OP_FLUSH,   REQ_OP_DISCARD,
+    REQ_OP_CACHE, REQ_OP_WRITE_ZEROES, REQ_OP_EXTENTS,
 };
 
 /*
@@ -120,8 +120,8 @@ static void layout_random(struct layout *l, unsigned int nr,
 		unsigned int len = (unsigned int)rnd_range(1, max_len);
 
 		if (sector_lens)
-			len = (len + SECTOR_SIZE - 1) / SECTOR_SIZE *
-			      SECTOR_SIZE;
+			len =
+			    (len + SECTOR_SIZE - 1) / SECTOR_SIZE * SECTOR_SIZE;
 		l->seg[i].len = len;
 		l->seg[i].p = arena + rnd_below(ARENA_BYTES - len + 1);
 	}
@@ -180,7 +180,8 @@ static void fill_and_overflow(struct bio *bio, unsigned int at_least)
 
 	CHECK(max >= at_least);
 	for (unsigned int i = 0; i < max; i++) {
-		unsigned int len = (unsigned int)rnd_range(1, 3 * BIO_PAGE_SIZE);
+		unsigned int len =
+		    (unsigned int)rnd_range(1, 3 * BIO_PAGE_SIZE);
 		unsigned char *p = arena + rnd_below(ARENA_BYTES - len);
 
 		CHECK_EQ(bio_add_buf(bio, p, len), 0);
@@ -198,11 +199,12 @@ static void fill_and_overflow(struct bio *bio, unsigned int at_least)
 
 static void test_alloc(void)
 {
-	static const unsigned int counts[] = { 0, 1, 2, 3, 4, 5, 8, 17, 256,
-					       1000, UINT16_MAX };
+	static const unsigned int counts[] = {0, 1,  2,	  3,	4,	   5,
+					      8, 17, 256, 1000, UINT16_MAX};
 
 	for (size_t o = 0; o < sizeof(all_ops) / sizeof(all_ops[0]); o++) {
-		for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+		for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]);
+		     i++) {
 			unsigned int opf = all_ops[o];
 			struct bio *bio;
 
@@ -259,8 +261,8 @@ static void test_recycle_clean(void)
 
 static void test_add_buf(void)
 {
-	static const size_t offs[] = { 0,    1,	   511,	 512,  4095,
-				       4096, 4097, 8191, 12345, 65536 + 17 };
+	static const size_t offs[] = {0,    1,	  511,	512,   4095,
+				      4096, 4097, 8191, 12345, 65536 + 17};
 	struct bio *bio, *clone, *clone2;
 	struct bio_vec snap[BIO_INLINE_VECS];
 	uint64_t size = 0;
@@ -321,7 +323,8 @@ static void test_add_buf(void)
 		CHECK_PTR_EQ(bio->bi_io_vec[0].bv_page, arena);
 		CHECK_EQ(bio->bi_io_vec[0].bv_offset, 100);
 		CHECK_EQ(bio_cur_sectors(bio), len >> SECTOR_SHIFT);
-		bio_for_each_segment(bv, bio, it) {
+		bio_for_each_segment(bv, bio, it)
+		{
 			CHECK_PTR_EQ(bvec_virt(&bv), p);
 			CHECK_EQ(bv.bv_len, len);
 			steps++;
@@ -415,14 +418,15 @@ static void check_walk(const struct bio *bio, const struct layout *l,
 		i++;
 	first = i;
 
-	bio_for_each_segment(bv, bio, it) {
+	bio_for_each_segment(bv, bio, it)
+	{
 		uint64_t lo, hi;
 
 		CHECK(i < l->nr);
 		CHECK(l->start[i] < from + size);
 		lo = l->start[i] > from ? l->start[i] : from;
-		hi = l->start[i + 1] < from + size ? l->start[i + 1] :
-						     from + size;
+		hi = l->start[i + 1] < from + size ? l->start[i + 1]
+						   : from + size;
 		CHECK_PTR_EQ(bvec_virt(&bv), l->seg[i].p + (lo - l->start[i]));
 		CHECK_EQ(bv.bv_len, hi - lo);
 		/*
@@ -463,7 +467,8 @@ static void check_bytes(const struct bio *bio, const struct layout *l,
 				want[pos - from] = l->seg[i].p[b];
 		}
 	}
-	bio_for_each_segment(bv, bio, it) {
+	bio_for_each_segment(bv, bio, it)
+	{
 		CHECK(n + bv.bv_len <= size);
 		memcpy(got + n, bvec_virt(&bv), bv.bv_len);
 		n += bv.bv_len;
@@ -483,8 +488,8 @@ static void test_for_each_segment(void)
 		uint64_t from, size;
 
 		layout_random(&l, nr, round % 2 ? 20000 : 700, false);
-		bio = bio_from_layout(&l, round % 3 ? REQ_OP_READ :
-						      REQ_OP_WRITE);
+		bio =
+		    bio_from_layout(&l, round % 3 ? REQ_OP_READ : REQ_OP_WRITE);
 
 		check_walk(bio, &l, 0, l.total);
 		if (round % 8 == 0)
@@ -536,7 +541,8 @@ static void check_iter_at(const struct bio *bio, const struct layout *l,
 	CHECK_EQ(bio_sectors(bio), (l->total - done) / SECTOR_SIZE);
 
 	if (done < l->total) {
-		const unsigned char *at = l->seg[idx].p + (done - l->start[idx]);
+		const unsigned char *at =
+		    l->seg[idx].p + (done - l->start[idx]);
 
 		CHECK(bio_has_data(bio));
 		CHECK_PTR_EQ(bio_data(bio), at);
@@ -553,7 +559,7 @@ static void check_iter_at(const struct bio *bio, const struct layout *l,
 		CHECK_PTR_EQ((char *)bio_page(bio) + bio_offset(bio), at);
 		if (bio_page(bio) == page_of(l->seg[idx].p))
 			CHECK_EQ(bio_offset(bio), in_page(l->seg[idx].p) +
-							  (done - l->start[idx]));
+						      (done - l->start[idx]));
 		else
 			CHECK(bio_offset(bio) < BIO_PAGE_SIZE);
 		CHECK_EQ(bio_cur_bytes(bio), l->start[idx + 1] - done);
@@ -572,21 +578,21 @@ static void test_advance_fixed(void)
 	 * 1024 | 512 | 3072 | 4608 (crosses a page) | 1536: boundaries at
 	 * 1024, 1536, 4608, 9216, 10752.
 	 */
-	static const unsigned int lens[] = { 1024, 512, 3072, 4608, 1536 };
+	static const unsigned int lens[] = {1024, 512, 3072, 4608, 1536};
 	static const struct {
 		unsigned int step;
 		unsigned int idx, bvec_done;
 	} steps[] = {
-		{ 512, 0, 512 }, /* inside segment 0 */
-		{ 512, 1, 0 }, /* exactly onto a boundary */
-		{ 1024, 2, 512 }, /* across one boundary */
-		{ 2560, 3, 0 }, /* to the next boundary */
-		{ 4096, 3, 4096 }, /* within the page-crossing segment */
-		{ 1024, 4, 512 }, /* across its end */
-		{ 0, 4, 512 }, /* nothing */
-		{ 1024, 5, 0 }, /* to the very end */
+	    {512, 0, 512},   /* inside segment 0 */
+	    {512, 1, 0},     /* exactly onto a boundary */
+	    {1024, 2, 512},  /* across one boundary */
+	    {2560, 3, 0},    /* to the next boundary */
+	    {4096, 3, 4096}, /* within the page-crossing segment */
+	    {1024, 4, 512},  /* across its end */
+	    {0, 4, 512},     /* nothing */
+	    {1024, 5, 0},    /* to the very end */
 	};
-	struct layout l = { .nr = 5 };
+	struct layout l = {.nr = 5};
 	struct bio *bio;
 	uint64_t done = 0;
 
@@ -630,8 +636,8 @@ static void test_advance_random(void)
 		uint64_t done = 0;
 
 		layout_random(&l, nr, round % 3 ? 3 * 4096 : 1536, exact);
-		bio = bio_from_layout(&l, round % 5 ? REQ_OP_READ :
-						      REQ_OP_WRITE | REQ_FUA);
+		bio = bio_from_layout(&l, round % 5 ? REQ_OP_READ
+						    : REQ_OP_WRITE | REQ_FUA);
 		bio->bi_iter.bi_sector = sector0;
 		check_iter_at(bio, &l, 0, sector0, true);
 		while (done < l.total) {
@@ -668,8 +674,8 @@ static void test_accessors_every_op(void)
 {
 	for (size_t o = 0; o < sizeof(all_ops) / sizeof(all_ops[0]); o++) {
 		unsigned int op = all_ops[o];
-		unsigned int flag_sets[] = { 0, REQ_FUA,
-					     REQ_NOUNMAP | REQ_NOFALLBACK };
+		unsigned int flag_sets[] = {0, REQ_FUA,
+					    REQ_NOUNMAP | REQ_NOFALLBACK};
 
 		for (size_t f = 0; f < 3; f++) {
 			unsigned int opf = op | flag_sets[f];
@@ -728,7 +734,7 @@ static void test_accessors_every_op(void)
 				 * size, and the whole of it is "current".
 				 */
 				unsigned int nsec =
-					(unsigned int)rnd_range(1, 1u << 22);
+				    (unsigned int)rnd_range(1, 1u << 22);
 
 				bio->bi_iter.bi_size = nsec * 512;
 				CHECK(!bio_has_data(bio));
@@ -751,8 +757,8 @@ static void test_accessors_every_op(void)
  */
 static void test_nodata_advance(void)
 {
-	static const unsigned int ops[] = { REQ_OP_DISCARD, REQ_OP_WRITE_ZEROES,
-					    REQ_OP_CACHE, REQ_OP_EXTENTS };
+	static const unsigned int ops[] = {REQ_OP_DISCARD, REQ_OP_WRITE_ZEROES,
+					   REQ_OP_CACHE, REQ_OP_EXTENTS};
 
 	for (int round = 0; round < 400; round++) {
 		unsigned int op = ops[round % 4];
@@ -770,7 +776,8 @@ static void test_nodata_advance(void)
 		bio->bi_iter.bi_sector = sector0;
 		bio->bi_iter.bi_size = (uint32_t)total;
 		while (done < total) {
-			uint64_t step = rnd_range(0, (total - done) / 512) * 512;
+			uint64_t step =
+			    rnd_range(0, (total - done) / 512) * 512;
 
 			if (rnd_below(4) == 0)
 				step = total - done;

@@ -35,8 +35,8 @@
 
 static unsigned char *arena; /* random bytes: every position differs */
 
-static const int errs[] = { -EIO,  -ENOSPC, -EINVAL, -ENOMEM,
-			    -EROFS, -EFBIG,  -EPERM };
+static const int errs[] = {-EIO,   -ENOSPC, -EINVAL, -ENOMEM,
+			   -EROFS, -EFBIG,  -EPERM};
 
 struct seg {
 	unsigned char *p;
@@ -104,14 +104,14 @@ static struct bio *bio_from_layout(const struct layout *l, unsigned int opf)
 }
 
 /* The bytes @bio describes, read through its own iterator. */
-static uint64_t gather(const struct bio *bio, unsigned char *out,
-		       uint64_t cap)
+static uint64_t gather(const struct bio *bio, unsigned char *out, uint64_t cap)
 {
 	struct bio_vec bv;
 	struct bvec_iter it;
 	uint64_t n = 0;
 
-	bio_for_each_segment(bv, bio, it) {
+	bio_for_each_segment(bv, bio, it)
+	{
 		CHECK(bv.bv_len > 0);
 		CHECK(n + bv.bv_len <= cap);
 		memcpy(out + n, bvec_virt(&bv), bv.bv_len);
@@ -183,8 +183,8 @@ static void test_clone_shares_vector(void)
 {
 	for (int round = 0; round < 50; round++) {
 		unsigned int nr = (unsigned int)rnd_range(1, MAX_SEGS);
-		unsigned int opf = round % 2 ? REQ_OP_WRITE | REQ_FUA :
-					       REQ_OP_READ;
+		unsigned int opf =
+		    round % 2 ? REQ_OP_WRITE | REQ_FUA : REQ_OP_READ;
 		struct layout l;
 		struct bio *bio, *clone, *clone2;
 		struct bvec_iter before;
@@ -312,8 +312,8 @@ static void test_split_positions(void)
 {
 	for (int round = 0; round < 300; round++) {
 		unsigned int nr = (unsigned int)rnd_range(1, MAX_SEGS);
-		unsigned int opf = round % 3 ? REQ_OP_READ :
-					       REQ_OP_WRITE | REQ_FUA;
+		unsigned int opf =
+		    round % 3 ? REQ_OP_READ : REQ_OP_WRITE | REQ_FUA;
 		struct layout l;
 		struct bio *base;
 		struct bvec_iter before;
@@ -338,9 +338,9 @@ static void test_split_positions(void)
 				check_split_at(base, &l, skip, s, buf);
 		} else {
 			for (int k = 0; k < 200; k++)
-				check_split_at(base, &l, skip,
-					       (unsigned int)rnd_range(1, nsec - 1),
-					       buf);
+				check_split_at(
+				    base, &l, skip,
+				    (unsigned int)rnd_range(1, nsec - 1), buf);
 		}
 		/* Splitting clones never moved the base. */
 		CHECK(memcmp(&before, &base->bi_iter, sizeof(before)) == 0);
@@ -364,7 +364,7 @@ static void test_split_chain_loop(void)
 		struct bio *bio, **pieces;
 		int *order;
 		unsigned int np = 0;
-		struct end_rec rec = { 0 };
+		struct end_rec rec = {0};
 		unsigned char *buf;
 		uint64_t off = 0, n = 0;
 		int first_err = 0;
@@ -383,9 +383,8 @@ static void test_split_chain_loop(void)
 
 		for (;;) {
 			unsigned int left = bio_sectors(bio);
-			unsigned int s = (unsigned int)rnd_range(1, left < 64 ?
-								       left :
-								       64);
+			unsigned int s =
+			    (unsigned int)rnd_range(1, left < 64 ? left : 64);
 			struct bio *p;
 
 			CHECK(np < l.total / SECTOR_SIZE);
@@ -434,8 +433,8 @@ static void test_split_chain_loop(void)
 /* No-data bios split by range alone. */
 static void test_split_nodata(void)
 {
-	static const unsigned int ops[] = { REQ_OP_DISCARD, REQ_OP_WRITE_ZEROES,
-					    REQ_OP_EXTENTS, REQ_OP_CACHE };
+	static const unsigned int ops[] = {REQ_OP_DISCARD, REQ_OP_WRITE_ZEROES,
+					   REQ_OP_EXTENTS, REQ_OP_CACHE};
 
 	for (int round = 0; round < 400; round++) {
 		unsigned int opf = ops[round % 4];
@@ -469,88 +468,77 @@ static void test_split_nodata(void)
 /* -------- chain -------- */
 
 /*
- * One parent, k children; every order of the k + 1 completions; three
- * error patterns.  The parent's end_io must run once, at the last event,
- * with the first error in completion order.
+ * One parent and @k children, completed in @order (0 is the parent's own
+ * I/O, c the child c) with @err[who] for each.  The parent's end_io must
+ * run once, at the last event, with the first error in completion order.
  */
+static void chain_run_order(int k, const int *order, const int *err)
+{
+	struct bio *parent, *child[6];
+	struct end_rec rec = {0};
+	int expect = 0;
+
+	parent = bio_alloc(1, REQ_OP_WRITE);
+	CHECK(parent);
+	CHECK_EQ(bio_add_buf(parent, arena, 8 * 512), 0);
+	parent->bi_end_io = rec_end_io;
+	parent->bi_private = &rec;
+	rec.bio = parent;
+	for (int c = 1; c <= k; c++) {
+		child[c] = bio_clone(parent);
+		CHECK(child[c]);
+		child[c]->bi_end_io = must_not_run;
+		child[c]->bi_private = NULL;
+		/* Keep a reference to see the chain drop its own. */
+		bio_get(child[c]);
+		bio_chain(child[c], parent);
+	}
+
+	for (int e = 0; e <= k; e++) {
+		int who = order[e];
+		struct bio *b = who ? child[who] : parent;
+
+		CHECK_EQ(rec.calls, 0);
+		if (err[who] && !expect)
+			expect = err[who];
+		if (who == 0) {
+			/* The parent's own I/O ends in two calls. */
+			bio_endio(parent, 1024, 0);
+			CHECK_EQ(rec.calls, 0);
+			bio_endio(parent, err[0] ? 0 : parent->bi_iter.bi_size,
+				  err[0]);
+			continue;
+		}
+		bio_endio(b, b->bi_iter.bi_size, err[who]);
+		CHECK_EQ(atomic_load(&b->__bi_cnt), 1);
+		CHECK_EQ(b->bi_status, err[who]);
+	}
+	CHECK_EQ(rec.calls, 1);
+	CHECK_EQ(rec.status, expect);
+	for (int c = 1; c <= k; c++)
+		bio_put(child[c]);
+	bio_put(parent);
+}
+
+/* Every order of 1 + k completions, k = 1..5, three error patterns. */
 static void test_chain_orders(void)
 {
 	for (int k = 1; k <= 5; k++) {
-		int order[6];
+		int order[6], err[6];
 
 		for (int i = 0; i <= k; i++)
 			order[i] = i;
 		do {
-			for (int pattern = 0; pattern < 3; pattern++) {
-				struct bio *parent, *child[6];
-				struct end_rec rec = { 0 };
-				int err[6], expect = 0;
-
-				for (int i = 0; i <= k; i++) {
-					if (pattern == 0)
-						err[i] = 0;
-					else if (pattern == 1)
-						err[i] = rnd_below(2) ?
-								 errs[i] :
-								 0;
-					else
-						err[i] = errs[i];
-				}
-
-				parent = bio_alloc(1, REQ_OP_WRITE);
-				CHECK(parent);
-				CHECK_EQ(bio_add_buf(parent, arena, 8 * 512), 0);
-				parent->bi_end_io = rec_end_io;
-				parent->bi_private = &rec;
-				rec.bio = parent;
-				for (int c = 1; c <= k; c++) {
-					child[c] = bio_clone(parent);
-					CHECK(child[c]);
-					child[c]->bi_end_io = must_not_run;
-					child[c]->bi_private = NULL;
-					/* Keep it to see the chain's put. */
-					bio_get(child[c]);
-					bio_chain(child[c], parent);
-				}
-
-				for (int e = 0; e <= k; e++) {
-					int who = order[e];
-
-					CHECK_EQ(rec.calls, 0);
-					if (err[who] && !expect)
-						expect = err[who];
-					if (who == 0 && !err[0]) {
-						/* In two parts. */
-						bio_endio(parent, 1024, 0);
-						CHECK_EQ(rec.calls, 0);
-						bio_endio(parent,
-							  parent->bi_iter.bi_size,
-							  0);
-					} else if (who == 0) {
-						bio_endio(parent, 512, 0);
-						CHECK_EQ(rec.calls, 0);
-						bio_endio(parent, 0, err[0]);
-					} else {
-						bio_endio(child[who],
-							  child[who]
-								  ->bi_iter
-								  .bi_size,
-							  err[who]);
-						/* The chain dropped its ref. */
-						CHECK_EQ(atomic_load(
-								 &child[who]
-									  ->__bi_cnt),
-							 1);
-						CHECK_EQ(child[who]->bi_status,
-							 err[who]);
-					}
-				}
-				CHECK_EQ(rec.calls, 1);
-				CHECK_EQ(rec.status, expect);
-				for (int c = 1; c <= k; c++)
-					bio_put(child[c]);
-				bio_put(parent);
-			}
+			/* No errors; some; every event a different one. */
+			for (int i = 0; i <= k; i++)
+				err[i] = 0;
+			chain_run_order(k, order, err);
+			for (int i = 0; i <= k; i++)
+				err[i] = rnd_below(2) ? errs[i] : 0;
+			chain_run_order(k, order, err);
+			for (int i = 0; i <= k; i++)
+				err[i] = errs[i];
+			chain_run_order(k, order, err);
 		} while (next_perm(order, k + 1));
 	}
 }
@@ -572,7 +560,7 @@ static void test_chain_trees(void)
 		int t_of[TREE_MAX], done_t[TREE_MAX], status[TREE_MAX];
 		int best_t[TREE_MAX];
 		struct bio *b[TREE_MAX];
-		struct end_rec rec = { 0 };
+		struct end_rec rec = {0};
 
 		parent_of[0] = -1;
 		for (int i = 1; i < n; i++)
@@ -612,11 +600,12 @@ static void test_chain_trees(void)
 			if (i % 2) {
 				b[i] = bio_alloc(1, REQ_OP_READ);
 				CHECK(b[i]);
-				CHECK_EQ(bio_add_buf(b[i], arena + 512 * i, 2048),
-					 0);
+				CHECK_EQ(
+				    bio_add_buf(b[i], arena + 512 * i, 2048),
+				    0);
 			} else {
-				b[i] = bio_alloc(0, i % 4 ? REQ_OP_FLUSH :
-							    REQ_OP_DISCARD);
+				b[i] = bio_alloc(0, i % 4 ? REQ_OP_FLUSH
+							  : REQ_OP_DISCARD);
 				CHECK(b[i]);
 				if (i % 4 == 0)
 					b[i]->bi_iter.bi_size = 64 * 512;
@@ -654,7 +643,7 @@ static void test_chain_trees(void)
 
 static void test_endio_partial(void)
 {
-	struct end_rec rec = { 0 };
+	struct end_rec rec = {0};
 	struct bio *bio, *child;
 	unsigned char *a = arena + 100, *b = arena + 70000;
 
@@ -692,7 +681,7 @@ static void test_endio_partial(void)
 	bio_put(bio);
 
 	/* An error after some progress ends the bio at once. */
-	rec = (struct end_rec){ 0 };
+	rec = (struct end_rec){0};
 	bio = bio_alloc(1, REQ_OP_WRITE);
 	CHECK(bio);
 	CHECK_EQ(bio_add_buf(bio, b, 8 * 512), 0);
@@ -709,7 +698,7 @@ static void test_endio_partial(void)
 
 	/* An error before any progress; and bio_io_error. */
 	for (int i = 0; i < 2; i++) {
-		rec = (struct end_rec){ 0 };
+		rec = (struct end_rec){0};
 		bio = bio_alloc(1, REQ_OP_WRITE);
 		CHECK(bio);
 		CHECK_EQ(bio_add_buf(bio, b, 8 * 512), 0);
@@ -726,7 +715,7 @@ static void test_endio_partial(void)
 	}
 
 	/* A discard completes in parts too. */
-	rec = (struct end_rec){ 0 };
+	rec = (struct end_rec){0};
 	bio = bio_alloc(0, REQ_OP_DISCARD);
 	CHECK(bio);
 	bio->bi_iter.bi_size = 1u << 20;
@@ -746,7 +735,7 @@ static void test_endio_partial(void)
 	 * Partial completion of a chained child and of its parent: neither
 	 * half-done bio counts as done.
 	 */
-	rec = (struct end_rec){ 0 };
+	rec = (struct end_rec){0};
 	bio = bio_alloc(1, REQ_OP_WRITE);
 	CHECK(bio);
 	CHECK_EQ(bio_add_buf(bio, b, 16 * 512), 0);
@@ -777,7 +766,7 @@ static void test_endio_partial(void)
 static void test_deep_chain(unsigned int n)
 {
 	struct bio **v = malloc(n * sizeof(*v));
-	struct end_rec rec = { 0 };
+	struct end_rec rec = {0};
 
 	CHECK(v);
 	for (unsigned int i = 0; i < n; i++) {
@@ -797,7 +786,7 @@ static void test_deep_chain(unsigned int n)
 	CHECK_EQ(rec.status, -EIO);
 	bio_put(v[0]);
 
-	rec = (struct end_rec){ 0 };
+	rec = (struct end_rec){0};
 	for (unsigned int i = 0; i < n; i++) {
 		v[i] = bio_alloc(0, REQ_OP_FLUSH);
 		CHECK(v[i]);
@@ -1084,7 +1073,8 @@ static void pc_end_io(struct bio *bio)
 {
 	struct pc *pc = bio->bi_private;
 	/* Completion moved bi_sector by the size done; undo that. */
-	sector_t id = bio->bi_iter.bi_sector - bio->bi_iter.bi_done / SECTOR_SIZE;
+	sector_t id =
+	    bio->bi_iter.bi_sector - bio->bi_iter.bi_done / SECTOR_SIZE;
 	CHECK(id < PC_PRODUCERS * PC_PER_PRODUCER);
 	CHECK_EQ(atomic_fetch_add(&pc->seen[id], 1), 0);
 	atomic_fetch_add(&pc->ended, 1);
@@ -1155,8 +1145,8 @@ static void *pc_consumer(void *arg)
 static void test_pool_cross_thread(void)
 {
 	struct xfer *x = calloc(1, sizeof(*x));
-	struct xfer_put even = { .parity = 0, .warm = false };
-	struct xfer_put odd = { .parity = 1, .warm = true };
+	struct xfer_put even = {.parity = 0, .warm = false};
+	struct xfer_put odd = {.parity = 1, .warm = true};
 	struct pc *pc = calloc(1, sizeof(*pc));
 	struct pc_arg pargs[PC_PRODUCERS], cargs[PC_CONSUMERS];
 	pthread_t ta, tb, tc, tp[PC_PRODUCERS], tcons[PC_CONSUMERS];
@@ -1180,12 +1170,12 @@ static void test_pool_cross_thread(void)
 	pc->producers_left = PC_PRODUCERS;
 	pc->buf = arena;
 	for (unsigned int i = 0; i < PC_CONSUMERS; i++) {
-		cargs[i] = (struct pc_arg){ .pc = pc, .id = i };
-		CHECK_EQ(pthread_create(&tcons[i], NULL, pc_consumer, &cargs[i]),
-			 0);
+		cargs[i] = (struct pc_arg){.pc = pc, .id = i};
+		CHECK_EQ(
+		    pthread_create(&tcons[i], NULL, pc_consumer, &cargs[i]), 0);
 	}
 	for (unsigned int i = 0; i < PC_PRODUCERS; i++) {
-		pargs[i] = (struct pc_arg){ .pc = pc, .id = i };
+		pargs[i] = (struct pc_arg){.pc = pc, .id = i};
 		CHECK_EQ(pthread_create(&tp[i], NULL, pc_producer, &pargs[i]),
 			 0);
 	}
@@ -1210,6 +1200,57 @@ static void test_pool_cross_thread(void)
 	free(x);
 }
 
+/*
+ * Regression: the pool's thread-exit destructor used to leave the pool
+ * marked live, so bios that a later destructor of the same thread (an
+ * ioq's, a front end's) allocated or put went into a pool nobody would
+ * drain again, and leaked.  glibc runs destructors in key order, and this
+ * key is created after the pool's (the pool's exists since the first
+ * bio_alloc), so its destructor runs after the pool's.
+ */
+#define LATE_BIOS 3000
+
+static pthread_key_t late_key;
+
+static void late_destructor(void *arg)
+{
+	struct bio **v = arg;
+
+	for (int i = 0; i < LATE_BIOS; i++) {
+		v[i] = bio_alloc(0, REQ_OP_READ);
+		CHECK(v[i]);
+	}
+	for (int i = 0; i < LATE_BIOS; i++)
+		bio_put(v[i]);
+}
+
+static void *late_thread(void *arg)
+{
+	/* A pool for this thread, with its exit destructor armed. */
+	bio_put(bio_alloc(0, REQ_OP_READ));
+	CHECK_EQ(pthread_setspecific(late_key, arg), 0);
+	return NULL;
+}
+
+static void test_pool_late_thread_exit(void)
+{
+	struct bio **v = malloc(LATE_BIOS * sizeof(*v));
+	long long m0, m1;
+	pthread_t t;
+
+	CHECK(v);
+	CHECK_EQ(pthread_key_create(&late_key, late_destructor), 0);
+	bio_pool_drain();
+	m0 = heap_in_use();
+	CHECK_EQ(pthread_create(&t, NULL, late_thread, v), 0);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	m1 = heap_in_use();
+	if (m0 >= 0)
+		CHECK(m1 - m0 < HEAP_SLACK);
+	CHECK_EQ(pthread_key_delete(late_key), 0);
+	free(v);
+}
+
 /* -------- driver -------- */
 
 static void run_suite(const char *where)
@@ -1226,6 +1267,7 @@ static void run_suite(const char *where)
 	test_end_io_puts();
 	test_pool_drain();
 	test_pool_cross_thread();
+	test_pool_late_thread_exit();
 	printf("test-bio-split: suite passed on %s\n", where);
 	fflush(stdout);
 }

@@ -31,8 +31,8 @@ static char err[1024];
 static struct conf *parse_ok(const char *text)
 {
 	struct conf *c = NULL;
-	int r = conf_parse_string(&c, text, "t.conf", "/base", err,
-				  sizeof(err));
+	int r =
+	    conf_parse_string(&c, text, "t.conf", "/base", err, sizeof(err));
 
 	if (r) {
 		fprintf(stderr, "unexpected error %d: %s\n--- text:\n%s\n", r,
@@ -65,8 +65,7 @@ static void parse_bad(int want, const char *text, ...)
 	va_start(ap, text);
 	while ((frag = va_arg(ap, const char *))) {
 		if (!strstr(err, frag)) {
-			fprintf(stderr, "message '%s' lacks '%s'\n", err,
-				frag);
+			fprintf(stderr, "message '%s' lacks '%s'\n", err, frag);
 			abort();
 		}
 	}
@@ -179,8 +178,8 @@ static void test_bad(void)
 {
 	parse_bad(-EINVAL, "[export a]\nfile = /m\nthis is not a key\n",
 		  "t.conf:3:", "syntax error", "this is not a key", NULL);
-	parse_bad(-EINVAL, "[export a\nfile = /m\n", "t.conf:1:",
-		  "syntax error", "[export a", NULL);
+	parse_bad(-EINVAL, "[export a\nfile = /m\n",
+		  "t.conf:1:", "syntax error", "[export a", NULL);
 	/* the first error wins, whichever part of the parser finds it */
 	parse_bad(-EINVAL, "[export a]\nbogus\nfile = /m\nfoo = bar\n",
 		  "t.conf:2:", "bogus", NULL);
@@ -188,22 +187,22 @@ static void test_bad(void)
 		  "t.conf:3:", "foo=bar", "unknown key", NULL);
 	parse_bad(-EINVAL, "file = /m\n[export a]\n", "t.conf:1:", "file=/m",
 		  "outside any section", NULL);
-	parse_bad(-EINVAL, "[exports a]\nfile = /m\n", "t.conf:1:",
-		  "unknown section [exports a]", NULL);
-	parse_bad(-EINVAL, "[export]\nfile = /m\n", "t.conf:1:",
-		  "needs a name", NULL);
+	parse_bad(-EINVAL, "[exports a]\nfile = /m\n",
+		  "t.conf:1:", "unknown section [exports a]", NULL);
+	parse_bad(-EINVAL, "[export]\nfile = /m\n", "t.conf:1:", "needs a name",
+		  NULL);
 	parse_bad(-EINVAL, "[export a]\nfile = /m\nstrip-size = 64K\n",
 		  "t.conf:3:", "[export a]", "strip-size=64K", "unknown key",
 		  NULL);
 	parse_bad(-EINVAL, "[server]\nport = 1\nlisten_addr = x\n",
 		  "t.conf:3:", "[server]", "listen_addr=x", "unknown key",
 		  NULL);
-	parse_bad(-EINVAL, "[export a]\nfile = /m\nsize = 12Q\n", "t.conf:3:",
-		  "size=12Q", "not a size", NULL);
-	parse_bad(-EINVAL, "[export a]\nfile = /m\nsize = -1\n", "t.conf:3:",
-		  "size=-1", NULL);
-	parse_bad(-EINVAL, "[export a]\nfile = /m\nsize = 1000\n", "t.conf:3:",
-		  "size=1000", "multiple of 512", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nsize = 12Q\n",
+		  "t.conf:3:", "size=12Q", "not a size", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nsize = -1\n",
+		  "t.conf:3:", "size=-1", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nsize = 1000\n",
+		  "t.conf:3:", "size=1000", "multiple of 512", NULL);
 	parse_bad(-EINVAL, "[export a]\nfile = /m\nstripe-size = 48K\n",
 		  "t.conf:3:", "stripe-size=48K", "power of two", NULL);
 	parse_bad(-EINVAL, "[export a]\nfile = /m\nstripe-size = 2K\n",
@@ -220,8 +219,7 @@ static void test_bad(void)
 		  "t.conf:4:", "port=80x", NULL);
 	parse_bad(-EINVAL, "[export a]\nfile = /m\n[server]\nthreads = 0\n",
 		  "t.conf:4:", "threads=0", NULL);
-	parse_bad(-EINVAL,
-		  "[export a]\nfile = /m\n[server]\nbackend = aio\n",
+	parse_bad(-EINVAL, "[export a]\nfile = /m\n[server]\nbackend = aio\n",
 		  "t.conf:4:", "backend=aio", "io_uring or threads", NULL);
 	parse_bad(-EINVAL, "[server]\n[export a]\nfile = /m\n[server]\n",
 		  "t.conf:4:", "duplicate [server]", "line 1", NULL);
@@ -230,8 +228,8 @@ static void test_bad(void)
 		  "[export a]\nfile = /o\n",
 		  "t.conf:6:", "duplicate export 'a'", "line 1", NULL);
 	/* an empty repeated section is still a duplicate */
-	parse_bad(-EINVAL, "[export a]\nfile = /m\n[export a]\n", "t.conf:3:",
-		  "duplicate export 'a'", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\n[export a]\n",
+		  "t.conf:3:", "duplicate export 'a'", NULL);
 	parse_bad(-EINVAL, "[export a]\nfile = /m\nfile = /n\nfile = /m\n",
 		  "t.conf:4:", "file=/m", "twice", NULL);
 	/* relative and absolute spellings of one path meet after joining */
@@ -250,8 +248,7 @@ static void test_bad(void)
 	{
 		char text[600];
 
-		snprintf(text, sizeof(text), "[export a]\nfile = /%0300d\n",
-			 0);
+		snprintf(text, sizeof(text), "[export a]\nfile = /%0300d\n", 0);
 		parse_bad(-EINVAL, text, "t.conf:2:", "line too long", NULL);
 	}
 }

@@ -95,9 +95,9 @@ static void spy_submit(struct target *t, struct bio *bio)
 	CHECK(s->nr < MAX_RECS);
 	ctx->orig = bio;
 	ctx->rec = &s->rec[s->nr++];
-	*ctx->rec = (struct spy_rec){ .op = bio_op(bio),
-				      .off_bytes = bio_offset_bytes(bio),
-				      .len_bytes = bio->bi_iter.bi_size };
+	*ctx->rec = (struct spy_rec){.op = bio_op(bio),
+				     .off_bytes = bio_offset_bytes(bio),
+				     .len_bytes = bio->bi_iter.bi_size};
 	clone->bi_private = ctx;
 	clone->bi_end_io = spy_endio;
 	submit_bio(s->below, clone);
@@ -113,8 +113,8 @@ static void spy_destroy(struct target *t)
 }
 
 static const struct target_ops spy_ops = {
-	.submit = spy_submit,
-	.destroy = spy_destroy,
+    .submit = spy_submit,
+    .destroy = spy_destroy,
 };
 
 static struct spy *spy_create(struct target *below)
@@ -164,7 +164,9 @@ static void member_expect(const char *path, uint64_t off, uint64_t len,
 	close(fd);
 	for (uint64_t i = 0; i < len; i++) {
 		if (buf[i] != byte) {
-			fprintf(stderr, "%s: byte %" PRIu64 " is 0x%02x, expected 0x%02x\n",
+			fprintf(stderr,
+				"%s: byte %" PRIu64
+				" is 0x%02x, expected 0x%02x\n",
 				path, off + i, buf[i], byte);
 			CHECK_EQ(buf[i], byte);
 		}
@@ -175,7 +177,7 @@ static void member_expect(const char *path, uint64_t off, uint64_t len,
 static void fixture_setup(struct fixture *f, struct ioq *q)
 {
 	const char *tmpdir = getenv("TMPDIR");
-	struct file_target_opts fo = { 0 };
+	struct file_target_opts fo = {0};
 	struct target *members[NR];
 
 	memset(f, 0, sizeof(*f));
@@ -219,7 +221,7 @@ static void rules_clear(struct fixture *f)
 
 static void add_rule(struct target *et, int op, int error)
 {
-	struct error_rule r = { .op = op, .error = error };
+	struct error_rule r = {.op = op, .error = error};
 
 	CHECK_EQ(error_target_add_rule(et, &r), 0);
 }
@@ -258,7 +260,7 @@ static int do_bio(struct ioq *q, struct target *t, struct fixture *f,
 		  struct bio_extents *ext)
 {
 	enum req_op op = (enum req_op)(opf & REQ_OP_MASK);
-	struct done d = { .f = f };
+	struct done d = {.f = f};
 	struct bio *bio;
 
 	if (f)
@@ -298,11 +300,12 @@ static void expect_pieces(struct fixture *f, enum req_op op, uint64_t off,
 			  uint64_t len, unsigned int fail_mask,
 			  const int fail_err[NR])
 {
-	unsigned int want[NR] = { 0 };
+	unsigned int want[NR] = {0};
 
 	for (uint64_t o = off; o < off + len;) {
 		uint64_t k = o / CHUNK, in = o % CHUNK;
-		uint64_t n = CHUNK - in < off + len - o ? CHUNK - in : off + len - o;
+		uint64_t n =
+		    CHUNK - in < off + len - o ? CHUNK - in : off + len - o;
 		unsigned int m = (unsigned int)(k % NR);
 		uint64_t moff = (k / NR) * CHUNK + in;
 		bool found = false;
@@ -316,7 +319,8 @@ static void expect_pieces(struct fixture *f, enum req_op op, uint64_t off,
 			CHECK_EQ(r->len_bytes, n);
 			CHECK_EQ(r->op, op);
 			CHECK(r->done);
-			CHECK_EQ(r->status, (fail_mask >> m) & 1 ? fail_err[m] : 0);
+			CHECK_EQ(r->status,
+				 (fail_mask >> m) & 1 ? fail_err[m] : 0);
 		}
 		CHECK(found);
 		want[m]++;
@@ -355,15 +359,17 @@ static void *xbuf(uint64_t len, int byte)
 }
 
 /* Member @m's share of volume range [off, off + len): check with @byte. */
-static void expect_member_range(struct fixture *f, unsigned int m,
-				uint64_t off, uint64_t len, unsigned char byte)
+static void expect_member_range(struct fixture *f, unsigned int m, uint64_t off,
+				uint64_t len, unsigned char byte)
 {
 	for (uint64_t o = off; o < off + len;) {
 		uint64_t k = o / CHUNK, in = o % CHUNK;
-		uint64_t n = CHUNK - in < off + len - o ? CHUNK - in : off + len - o;
+		uint64_t n =
+		    CHUNK - in < off + len - o ? CHUNK - in : off + len - o;
 
 		if (k % NR == m)
-			member_expect(f->path[m], (k / NR) * CHUNK + in, n, byte);
+			member_expect(f->path[m], (k / NR) * CHUNK + in, n,
+				      byte);
 		o += n;
 	}
 }
@@ -377,7 +383,7 @@ static void expect_member_range(struct fixture *f, unsigned int m,
 static void case_write_one_member_fails(struct fixture *f, uint64_t off,
 					unsigned int bad, int err)
 {
-	int errs[NR] = { 0 };
+	int errs[NR] = {0};
 	unsigned char *buf = xbuf(MIB, 0xc1), *rd = xbuf(MIB, 0);
 
 	for (int i = 0; i < NR; i++)
@@ -385,7 +391,8 @@ static void case_write_one_member_fails(struct fixture *f, uint64_t off,
 	errs[bad] = err;
 	add_rule(f->err[bad], REQ_OP_WRITE, err);
 
-	CHECK_EQ(do_bio(f->q, f->vol, f, REQ_OP_WRITE, off, MIB, buf, NULL), err);
+	CHECK_EQ(do_bio(f->q, f->vol, f, REQ_OP_WRITE, off, MIB, buf, NULL),
+		 err);
 	expect_pieces(f, REQ_OP_WRITE, off, MIB, 1u << bad, errs);
 	for (unsigned int m = 0; m < NR; m++)
 		expect_member_range(f, m, off, MIB, m == bad ? OLD_BYTE : 0xc1);
@@ -423,21 +430,18 @@ static void case_write_one_member_fails(struct fixture *f, uint64_t off,
 static void case_other_ops_one_member_fails(struct fixture *f)
 {
 	static const unsigned int ops[] = {
-		REQ_OP_READ,
-		REQ_OP_DISCARD,
-		REQ_OP_WRITE_ZEROES,
-		REQ_OP_WRITE_ZEROES | REQ_NOUNMAP,
-		REQ_OP_CACHE,
-		REQ_OP_EXTENTS,
+	    REQ_OP_READ,	 REQ_OP_DISCARD,
+	    REQ_OP_WRITE_ZEROES, REQ_OP_WRITE_ZEROES | REQ_NOUNMAP,
+	    REQ_OP_CACHE,	 REQ_OP_EXTENTS,
 	};
 	const unsigned int bad = 2;
-	int errs[NR] = { 0 };
+	int errs[NR] = {0};
 	unsigned char *buf = xbuf(MIB, 0);
 
 	errs[bad] = -EIO;
 	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
 		enum req_op op = (enum req_op)(ops[i] & REQ_OP_MASK);
-		struct bio_extents ext = { 0 };
+		struct bio_extents ext = {0};
 		uint64_t off = 3 * CHUNK + 4096; /* not chunk aligned */
 
 		for (int m = 0; m < NR; m++)
@@ -467,14 +471,15 @@ static void case_other_ops_one_member_fails(struct fixture *f)
 /* FLUSH fans out: one flush per member, one failing, error once. */
 static void case_flush(struct fixture *f)
 {
-	int errs[NR] = { 0 };
+	int errs[NR] = {0};
 
 	for (unsigned int bad = 0; bad < NR; bad++) {
 		memset(errs, 0, sizeof(errs));
 		errs[bad] = -EIO;
 		add_rule(f->err[bad], REQ_OP_FLUSH, -EIO);
-		CHECK_EQ(do_bio(f->q, f->vol, f, REQ_OP_FLUSH, 0, 0, NULL, NULL),
-			 -EIO);
+		CHECK_EQ(
+		    do_bio(f->q, f->vol, f, REQ_OP_FLUSH, 0, 0, NULL, NULL),
+		    -EIO);
 		for (unsigned int m = 0; m < NR; m++) {
 			CHECK_EQ(f->spy[m]->nr, 1);
 			CHECK_EQ(f->spy[m]->rec[0].op, REQ_OP_FLUSH);
@@ -482,8 +487,8 @@ static void case_flush(struct fixture *f)
 			CHECK_EQ(f->spy[m]->rec[0].status, errs[m]);
 		}
 		rules_clear(f);
-		CHECK_EQ(do_bio(f->q, f->vol, f, REQ_OP_FLUSH, 0, 0, NULL, NULL),
-			 0);
+		CHECK_EQ(
+		    do_bio(f->q, f->vol, f, REQ_OP_FLUSH, 0, 0, NULL, NULL), 0);
 		for (unsigned int m = 0; m < NR; m++)
 			CHECK_EQ(f->spy[m]->rec[0].status, 0);
 	}
@@ -495,9 +500,9 @@ static void case_flush(struct fixture *f)
 	{
 		unsigned char *buf = xbuf(MIB, 0x77);
 
-		CHECK_EQ(do_bio(f->q, f->vol, f, REQ_OP_WRITE, 0, MIB, buf,
-				NULL),
-			 0);
+		CHECK_EQ(
+		    do_bio(f->q, f->vol, f, REQ_OP_WRITE, 0, MIB, buf, NULL),
+		    0);
 		free(buf);
 	}
 	rules_clear(f);
@@ -509,11 +514,11 @@ static void case_flush(struct fixture *f)
  */
 static void case_first_error_wins(struct fixture *f)
 {
-	static const int pairs[][2] = { { -EIO, -ENOSPC }, { -ENOSPC, -EIO } };
+	static const int pairs[][2] = {{-EIO, -ENOSPC}, {-ENOSPC, -EIO}};
 	unsigned char *buf = xbuf(MIB, 0x99);
 
 	for (size_t i = 0; i < 2; i++) {
-		int errs[NR] = { 0 };
+		int errs[NR] = {0};
 		int r;
 
 		errs[1] = pairs[i][0];
@@ -541,7 +546,7 @@ static void case_first_error_wins(struct fixture *f)
 static void case_rule_semantics(struct fixture *f)
 {
 	char path[PATH_MAX + 16];
-	struct file_target_opts fo = { 0 };
+	struct file_target_opts fo = {0};
 	struct target *file, *et;
 	unsigned char *buf = xbuf(8192, 0);
 	struct error_rule r;
@@ -550,17 +555,17 @@ static void case_rule_semantics(struct fixture *f)
 		uint64_t off, len;
 		int want;
 	} steps[] = {
-		/* rule: WRITE on [4096, 8192), skip 2, count 3 */
-		{ REQ_OP_WRITE, 0, 4096, 0 }, /* no overlap: not counted */
-		{ REQ_OP_READ, 4096, 4096, 0 }, /* other op: not counted */
-		{ REQ_OP_WRITE, 8192, 4096, 0 }, /* touches the end only */
-		{ REQ_OP_WRITE, 4096, 4096, 0 }, /* match 1: skipped */
-		{ REQ_OP_WRITE, 0, 8192, 0 }, /* match 2 (overlap): skipped */
-		{ REQ_OP_WRITE, 4096, 4096, -EIO }, /* match 3: fails */
-		{ REQ_OP_WRITE, 6144, 512, -EIO }, /* match 4, inside */
-		{ REQ_OP_WRITE | REQ_FUA, 3584, 1024, -EIO }, /* match 5 */
-		{ REQ_OP_WRITE, 4096, 4096, 0 }, /* count used up */
-		{ REQ_OP_WRITE, 4096, 4096, 0 },
+	    /* rule: WRITE on [4096, 8192), skip 2, count 3 */
+	    {REQ_OP_WRITE, 0, 4096, 0},	      /* no overlap: not counted */
+	    {REQ_OP_READ, 4096, 4096, 0},     /* other op: not counted */
+	    {REQ_OP_WRITE, 8192, 4096, 0},    /* touches the end only */
+	    {REQ_OP_WRITE, 4096, 4096, 0},    /* match 1: skipped */
+	    {REQ_OP_WRITE, 0, 8192, 0},	      /* match 2 (overlap): skipped */
+	    {REQ_OP_WRITE, 4096, 4096, -EIO}, /* match 3: fails */
+	    {REQ_OP_WRITE, 6144, 512, -EIO},  /* match 4, inside */
+	    {REQ_OP_WRITE | REQ_FUA, 3584, 1024, -EIO}, /* match 5 */
+	    {REQ_OP_WRITE, 4096, 4096, 0},		/* count used up */
+	    {REQ_OP_WRITE, 4096, 4096, 0},
 	};
 
 	snprintf(path, sizeof(path), "%s/rules", f->dir);
@@ -570,18 +575,21 @@ static void case_rule_semantics(struct fixture *f)
 	CHECK_EQ(et->size_bytes, MEMBER_BYTES);
 
 	/* Invalid rules. */
-	r = (struct error_rule){ .op = REQ_OP_WRITE, .error = 0 };
+	r = (struct error_rule){.op = REQ_OP_WRITE, .error = 0};
 	CHECK_EQ(error_target_add_rule(et, &r), -EINVAL);
 	r.error = EIO; /* positive errno: a classic slip */
 	CHECK_EQ(error_target_add_rule(et, &r), -EINVAL);
-	r = (struct error_rule){ .op = REQ_OP_LAST, .error = -EIO };
+	r = (struct error_rule){.op = REQ_OP_LAST, .error = -EIO};
 	CHECK_EQ(error_target_add_rule(et, &r), -EINVAL);
-	r = (struct error_rule){ .op = -1, .error = -EIO };
+	r = (struct error_rule){.op = -1, .error = -EIO};
 	CHECK_EQ(error_target_add_rule(f->vol, &r), -EINVAL); /* not one */
 
-	r = (struct error_rule){ .op = REQ_OP_WRITE, .offset = 4096,
-				 .length = 4096, .error = -EIO, .skip = 2,
-				 .count = 3 };
+	r = (struct error_rule){.op = REQ_OP_WRITE,
+				.offset = 4096,
+				.length = 4096,
+				.error = -EIO,
+				.skip = 2,
+				.count = 3};
 	CHECK_EQ(error_target_add_rule(et, &r), 0);
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
 		int got;
@@ -601,36 +609,36 @@ static void case_rule_semantics(struct fixture *f)
 
 	/* count 0: after one skipped, every op fails, forever. */
 	error_target_clear(et);
-	r = (struct error_rule){ .op = -1, .error = -ENOSPC, .skip = 1 };
+	r = (struct error_rule){.op = -1, .error = -ENOSPC, .skip = 1};
 	CHECK_EQ(error_target_add_rule(et, &r), 0);
 	CHECK_EQ(do_bio(f->q, et, NULL, REQ_OP_READ, 0, 4096, buf, NULL), 0);
 	for (int i = 0; i < 3; i++) {
-		CHECK_EQ(do_bio(f->q, et, NULL, REQ_OP_WRITE, 0, 4096, buf,
-				NULL),
-			 -ENOSPC);
-		CHECK_EQ(do_bio(f->q, et, NULL, REQ_OP_READ, 65536, 4096, buf,
-				NULL),
-			 -ENOSPC);
+		CHECK_EQ(
+		    do_bio(f->q, et, NULL, REQ_OP_WRITE, 0, 4096, buf, NULL),
+		    -ENOSPC);
+		CHECK_EQ(
+		    do_bio(f->q, et, NULL, REQ_OP_READ, 65536, 4096, buf, NULL),
+		    -ENOSPC);
 		CHECK_EQ(do_bio(f->q, et, NULL, REQ_OP_FLUSH, 0, 0, NULL, NULL),
 			 -ENOSPC);
-		CHECK_EQ(do_bio(f->q, et, NULL, REQ_OP_DISCARD, 0, 4096, NULL,
-				NULL),
-			 -ENOSPC);
+		CHECK_EQ(
+		    do_bio(f->q, et, NULL, REQ_OP_DISCARD, 0, 4096, NULL, NULL),
+		    -ENOSPC);
 	}
 	/* Rule range past a bio: no match. */
 	error_target_clear(et);
-	r = (struct error_rule){ .op = -1, .offset = 65536, .length = 0,
-				 .error = -EIO };
+	r = (struct error_rule){
+	    .op = -1, .offset = 65536, .length = 0, .error = -EIO};
 	CHECK_EQ(error_target_add_rule(et, &r), 0);
 	CHECK_EQ(do_bio(f->q, et, NULL, REQ_OP_WRITE, 0, 4096, buf, NULL), 0);
-	CHECK_EQ(do_bio(f->q, et, NULL, REQ_OP_WRITE, MEMBER_BYTES - 4096,
-			4096, buf, NULL),
+	CHECK_EQ(do_bio(f->q, et, NULL, REQ_OP_WRITE, MEMBER_BYTES - 4096, 4096,
+			buf, NULL),
 		 -EIO); /* length 0 = to the end */
 	CHECK_EQ(do_bio(f->q, et, NULL, REQ_OP_FLUSH, 0, 0, NULL, NULL),
 		 -EIO); /* a flush covers the whole target */
 	error_target_clear(et);
-	CHECK_EQ(do_bio(f->q, et, NULL, REQ_OP_WRITE, MEMBER_BYTES - 4096,
-			4096, buf, NULL),
+	CHECK_EQ(do_bio(f->q, et, NULL, REQ_OP_WRITE, MEMBER_BYTES - 4096, 4096,
+			buf, NULL),
 		 0);
 
 	target_destroy(et);
@@ -666,7 +674,8 @@ static void case_no_leak(struct fixture *f)
 	}
 	after = mallinfo2().uordblks;
 	if (after > before + 32 * 1024) {
-		fprintf(stderr, "heap grew by %zu bytes over 900 failing bios\n",
+		fprintf(stderr,
+			"heap grew by %zu bytes over 900 failing bios\n",
 			after - before);
 		CHECK(after <= before + 32 * 1024);
 	}

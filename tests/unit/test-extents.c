@@ -26,8 +26,8 @@
 #define MAX_UNITS 4096u
 #define NO_EXTENT 0xffu /* a unit nobody reported */
 
-static const uint32_t flag_values[] = { 0, BIO_EXT_HOLE, BIO_EXT_ZERO,
-					BIO_EXT_HOLE | BIO_EXT_ZERO };
+static const uint32_t flag_values[] = {0, BIO_EXT_HOLE, BIO_EXT_ZERO,
+				       BIO_EXT_HOLE | BIO_EXT_ZERO};
 
 static void check_extent(const struct bio_extents *ext, size_t i,
 			 uint64_t offset, uint64_t length, uint32_t flags)
@@ -40,7 +40,7 @@ static void check_extent(const struct bio_extents *ext, size_t i,
 
 static void test_add_merge(void)
 {
-	struct bio_extents ext = { 0 };
+	struct bio_extents ext = {0};
 	const uint32_t hz = BIO_EXT_HOLE | BIO_EXT_ZERO;
 
 	CHECK_EQ(bio_extents_add(&ext, 0, 4096, 0), 0);
@@ -91,7 +91,7 @@ static void test_add_merge(void)
 
 static void test_add_grow(void)
 {
-	struct bio_extents ext = { 0 };
+	struct bio_extents ext = {0};
 	const size_t n = 5000;
 
 	/* Alternating flags: nothing merges, so the array must grow. */
@@ -103,9 +103,11 @@ static void test_add_grow(void)
 		CHECK(ext.cap >= ext.nr);
 	}
 	for (size_t i = 0; i < n; i++)
-		check_extent(&ext, i, i * 4096, 4096, flag_values[i % 2 ? 1 : 3]);
+		check_extent(&ext, i, i * 4096, 4096,
+			     flag_values[i % 2 ? 1 : 3]);
 	/* Then one that merges into the very last. */
-	CHECK_EQ(bio_extents_add(&ext, n * 4096, 1, flag_values[(n - 1) % 2 ? 1 : 3]),
+	CHECK_EQ(bio_extents_add(&ext, n * 4096, 1,
+				 flag_values[(n - 1) % 2 ? 1 : 3]),
 		 0);
 	CHECK_EQ(ext.nr, n);
 	check_extent(&ext, n - 1, (n - 1) * 4096, 4097,
@@ -115,7 +117,7 @@ static void test_add_grow(void)
 
 static void test_free(void)
 {
-	struct bio_extents ext = { 0 };
+	struct bio_extents ext = {0};
 
 	/* Freeing an empty list is fine, twice too. */
 	bio_extents_free(&ext);
@@ -143,7 +145,7 @@ static void test_free(void)
 
 static void test_finish_small(void)
 {
-	struct bio_extents ext = { 0 };
+	struct bio_extents ext = {0};
 
 	/* Empty and single lists. */
 	bio_extents_finish(&ext);
@@ -204,9 +206,9 @@ static size_t rle(const unsigned char *map, unsigned int units,
 			e++;
 		if (map[u] != NO_EXTENT)
 			out[n++] = (struct bio_extent){
-				.offset = (uint64_t)u * UNIT,
-				.length = (uint64_t)(e - u) * UNIT,
-				.flags = flag_values[map[u]],
+			    .offset = (uint64_t)u * UNIT,
+			    .length = (uint64_t)(e - u) * UNIT,
+			    .flags = flag_values[map[u]],
 			};
 		u = e;
 	}
@@ -252,7 +254,7 @@ static void test_finish_random(void)
 
 	CHECK(map && want && cuts && order);
 	for (int round = 0; round < 3000; round++) {
-		struct bio_extents ext = { 0 };
+		struct bio_extents ext = {0};
 		unsigned int units = random_map(map, round % 3 == 0);
 		size_t n = rle(map, units, want);
 		unsigned int nc = 0;
@@ -295,7 +297,7 @@ static void test_split_bio_reports(void)
 
 	CHECK(map && want && pieces);
 	for (int round = 0; round < 500; round++) {
-		struct bio_extents ext = { 0 };
+		struct bio_extents ext = {0};
 		unsigned int units = random_map(map, false);
 		size_t n = rle(map, units, want);
 		struct bio *bio = bio_alloc(0, REQ_OP_EXTENTS);
@@ -309,6 +311,7 @@ static void test_split_bio_reports(void)
 			unsigned int left = bio_sectors(bio);
 			unsigned int s = (unsigned int)rnd_range(1, 100);
 
+			CHECK(np < MAX_UNITS);
 			if (s >= left) {
 				pieces[np++] = bio;
 				break;
@@ -323,8 +326,9 @@ static void test_split_bio_reports(void)
 			uint64_t from = p->bi_iter.bi_done / UNIT;
 
 			CHECK_EQ(p->bi_iter.bi_done % UNIT, 0);
-			report(p->bi_ext, map, (unsigned int)from,
-			       (unsigned int)(from + p->bi_iter.bi_size / UNIT));
+			report(
+			    p->bi_ext, map, (unsigned int)from,
+			    (unsigned int)(from + p->bi_iter.bi_size / UNIT));
 		}
 		/* Splits first: none may outlive the bio it came from. */
 		for (unsigned int i = 0; i < np; i++)

@@ -9,9 +9,10 @@
  * batches of several bios in flight against a flat in-memory copy of the
  * volume.  Every read is compared with the copy, every extent flagged zero
  * must be zero in it, bios past the end must fail with -ENOSPC (write,
- * write-zeroes) or -EINVAL (everything else), and at the end the member files are compared byte for
- * byte with the copy through the layout rule written out here again (chunk
- * k at member k % N, offset (k / N) * chunk), not through stripe_map().
+ * write-zeroes) or -EINVAL (everything else), and at the end the member
+ * files are compared byte for byte with the copy through the layout rule
+ * written out here again (chunk k at member k % N, offset (k / N) * chunk),
+ * not through stripe_map().
  *
  * Bios within a batch never overlap when one of them changes data, so the
  * result of a batch does not depend on completion order and the copy can
@@ -19,7 +20,7 @@
  *
  * Environment:
  *   MODEL_SEED     master seed (printed; default from the clock)
- *   MODEL_ITERS    bios over the whole run (default 9000), split evenly
+ *   MODEL_ITERS    bios over the whole run (default 18000), split evenly
  *                  between the 30 combinations
  *   MODEL_BACKEND, MODEL_MEMBERS, MODEL_CHUNK
  *                  run only matching combinations ("threads", "3",
@@ -66,13 +67,16 @@
 	  BIO_PAGE_SIZE - 1) &                                                 \
 	 ~(BIO_PAGE_SIZE - 1))
 #define NR_COMBOS 30
-#define DEFAULT_ITERS 9000
+#define DEFAULT_ITERS 18000
 #define WATCHDOG_SECS 60 /* one batch; generous even under ASan */
 #define MAX_REPORTS 8 /* failures printed per combination */
 
 static const unsigned int member_counts[] = { 1, 2, 3, 4, 7 };
 static const uint32_t chunk_sizes[] = { 4 * KiB, 64 * KiB, 1 * MiB };
-/* Small depths make the io_uring backend queue SQEs in userspace. */
+/*
+ * Small depths make the io_uring backend queue SQEs in userspace and put
+ * more requests in flight than its completion ring holds.
+ */
 static const unsigned int depths[] = { 0, 8, 64 };
 
 /* ------------------------------------------------------------------ */
@@ -901,11 +905,10 @@ static void drive(struct model *m, unsigned int want, bool use_fd)
 	}
 }
 
-static void trace_req(const struct model *m, const struct req *r)
+static void trace_req(const struct req *r)
 {
 	char os[48];
 
-	(void)m;
 	fprintf(stderr,
 		"  bio#%lu %s sector=%llu offset=%llu length=%u nseg=%u%s%s\n",
 		r->nr, op_str(r->opf, os, sizeof(os)),
@@ -977,7 +980,7 @@ static void run_batch(struct model *m)
 	}
 	if (rng_pct(g, 30))
 		sync_idx = (unsigned int)rng_below(g, n);
-	use_fd = rng_pct(g, 30) && getenv("MODEL_FD");
+	use_fd = rng_pct(g, 30);
 
 	combo_str(&m->c, cs, sizeof(cs));
 	snprintf(watchdog_msg, sizeof(watchdog_msg),
@@ -994,7 +997,7 @@ static void run_batch(struct model *m)
 		r->bio = req_bio(m, r);
 		count_op(m, r);
 		if (trace)
-			trace_req(m, r);
+			trace_req(r);
 	}
 
 	m->done = 0;
@@ -1058,7 +1061,6 @@ static void check_sector_wrap(struct model *m)
 			r->seg_len[0] = r->len;
 			r->arena_used = r->len;
 		}
-		m->done = 0;
 		req_prepare(m, r);
 		r->bio = req_bio(m, r);
 		count_op(m, r);
@@ -1350,7 +1352,7 @@ static int run_combo(const struct combo *c, unsigned long iters)
 
 	while (m->st.bios < iters && !m->failed)
 		run_batch(m);
-	if (!m->failed && !getenv("MODEL_NOWRAP"))
+	if (!m->failed)
 		check_sector_wrap(m);
 
 	if (ioq_inflight(m->q))

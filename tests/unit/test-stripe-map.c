@@ -25,11 +25,11 @@
 
 #include "unit.h"
 
-static const uint64_t chunks[] = { 4096, 65536, 1u << 20 };
+static const uint64_t chunks[] = {4096, 65536, 1u << 20};
 
 /* Where @off lands, by rows: one row is one chunk from each member. */
-static void ref_map(unsigned int n, uint64_t chunk, uint64_t off,
-		    uint64_t len, struct stripe_piece *p)
+static void ref_map(unsigned int n, uint64_t chunk, uint64_t off, uint64_t len,
+		    struct stripe_piece *p)
 {
 	uint64_t row_bytes = chunk * n;
 	uint64_t row = off / row_bytes;
@@ -64,33 +64,32 @@ static void init_ok(struct stripe_geom *g, unsigned int n, uint64_t chunk)
 
 static void test_geom_init(void)
 {
-	static const unsigned int members[] = { 1, 2, 3, 5, 7, 8, 16, 255,
-						1000 };
+	static const unsigned int members[] = {1, 2, 3, 5, 7, 8, 16, 255, 1000};
 	static const uint64_t bad[] = {
-		0,
-		1,
-		2,
-		512,
-		2048,
-		4095,
-		4097,
-		6144, /* 1.5 x 4096 */
-		12288,
-		65535,
-		65537,
-		65536 + 4096,
-		3u << 20,
-		(1u << 30) + 4096,
-		(1u << 30) - 4096,
-		1u << 31, /* power of two, too large */
-		1ull << 32,
-		(1ull << 32) + 4096, /* low 32 bits say 4096 */
-		(1ull << 32) + 65536, /* low 32 bits say 64 KiB */
-		(1ull << 33) | (1u << 20),
-		1ull << 40,
-		1ull << 63,
-		UINT64_MAX,
-		UINT64_MAX - 4095,
+	    0,
+	    1,
+	    2,
+	    512,
+	    2048,
+	    4095,
+	    4097,
+	    6144, /* 1.5 x 4096 */
+	    12288,
+	    65535,
+	    65537,
+	    65536 + 4096,
+	    3u << 20,
+	    (1u << 30) + 4096,
+	    (1u << 30) - 4096,
+	    1u << 31, /* power of two, too large */
+	    1ull << 32,
+	    (1ull << 32) + 4096,  /* low 32 bits say 4096 */
+	    (1ull << 32) + 65536, /* low 32 bits say 64 KiB */
+	    (1ull << 33) | (1u << 20),
+	    1ull << 40,
+	    1ull << 63,
+	    UINT64_MAX,
+	    UINT64_MAX - 4095,
 	};
 	struct stripe_geom g;
 
@@ -216,13 +215,19 @@ static struct placed *deal(unsigned int n, uint64_t chunk, unsigned int rows,
 	return t;
 }
 
+/* @b sits directly after @a on the same member. */
+static bool back_to_back(const struct placed *a, const struct placed *b)
+{
+	return a->member == b->member && b->offset == a->offset + SECTOR_SIZE;
+}
+
 static void test_map_vs_dealt(void)
 {
 	for (unsigned int n = 1; n <= 8; n++) {
 		for (size_t c = 0; c < 3; c++) {
 			uint64_t chunk = chunks[c], nsec;
-			unsigned int rows = (unsigned int)((16u << 20) /
-							   (chunk * n)) + 2;
+			unsigned int rows =
+			    (unsigned int)((16u << 20) / (chunk * n)) + 2;
 			struct placed *t = deal(n, chunk, rows, &nsec);
 			uint64_t *run = malloc(nsec * sizeof(*run));
 			struct stripe_geom g;
@@ -235,11 +240,9 @@ static void test_map_vs_dealt(void)
 			CHECK(run);
 			run[nsec - 1] = 1;
 			for (uint64_t s = nsec - 1; s-- > 0;)
-				run[s] = t[s + 1].member == t[s].member &&
-						 t[s + 1].offset ==
-							 t[s].offset + SECTOR_SIZE ?
-					 run[s + 1] + 1 :
-					 1;
+				run[s] = back_to_back(&t[s], &t[s + 1])
+					     ? run[s + 1] + 1
+					     : 1;
 
 			init_ok(&g, n, chunk);
 			for (uint64_t s = 0; s < nsec; s++) {
@@ -345,10 +348,12 @@ static void test_bijection(void)
 			for (uint64_t s = 0; s < n * per_member; s++) {
 				struct stripe_piece p;
 
-				stripe_map(&g, s * SECTOR_SIZE, SECTOR_SIZE, &p);
+				stripe_map(&g, s * SECTOR_SIZE, SECTOR_SIZE,
+					   &p);
 				CHECK(p.member < n);
 				CHECK_EQ(p.member_offset % SECTOR_SIZE, 0);
-				CHECK(p.member_offset / SECTOR_SIZE < per_member);
+				CHECK(p.member_offset / SECTOR_SIZE <
+				      per_member);
 				CHECK_EQ(p.length, SECTOR_SIZE);
 				hit[p.member * per_member +
 				    p.member_offset / SECTOR_SIZE]++;

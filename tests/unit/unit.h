@@ -52,7 +52,8 @@
 	do {                                                                   \
 		const void *a_ = (a), *b_ = (b);                               \
 		if (a_ != b_) {                                                \
-			fprintf(stderr, "%s:%d: %s: %s == %s failed: %p != %p\n", \
+			fprintf(stderr,                                        \
+				"%s:%d: %s: %s == %s failed: %p != %p\n",      \
 				__FILE__, __LINE__, __func__, #a, #b, a_, b_); \
 			abort();                                               \
 		}                                                              \

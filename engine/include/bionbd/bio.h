@@ -236,15 +236,16 @@ static inline void *bio_data(const struct bio *bio)
 
 /**
  * bio_alloc - get a bio from this thread's pool
- * @nr_vecs: segments the caller will add (any number; more than
- *           BIO_INLINE_VECS costs one extra allocation)
+ * @nr_vecs: segments the caller will add (up to UINT16_MAX, the size of
+ *           bi_max_vecs; more than BIO_INLINE_VECS costs one extra
+ *           allocation)
  * @opf: op and flags
  *
  * The bio starts with one reference (the caller's), bi_status 0, an empty
  * vector and sector 0.  Any thread may call it; the pool is per thread and a
  * bio may be freed on another thread than the one that allocated it.
  *
- * Returns: the bio, or NULL when out of memory.
+ * Returns: the bio, or NULL when out of memory or @nr_vecs > UINT16_MAX.
  */
 struct bio *bio_alloc(unsigned int nr_vecs, unsigned int opf);
 

@@ -53,14 +53,15 @@
 
 /* One NBD export: a striped volume and how it is presented. */
 struct conf_export {
-	char *name; /* NBD export name; "" for a command-line volume */
+	char *name;	   /* NBD export name; "" for a command-line volume */
 	char *description; /* NULL = none */
-	char **members; /* paths, in member order */
+	char **members;	   /* paths, in member order */
 	unsigned int nr_members;
 	uint64_t chunk_bytes; /* stripe unit; STRIPE_DEFAULT_CHUNK unless set */
-	uint64_t size_bytes; /* 0 = from the members */
+	uint64_t size_bytes;  /* 0 = from the members */
 	bool readonly;
-	unsigned int line; /* line of its [export] header; 0 = not from a file */
+	unsigned int
+	    line; /* line of its [export] header; 0 = not from a file */
 };
 
 /*
@@ -77,7 +78,7 @@ struct conf_server {
 };
 
 struct conf {
-	char *path; /* as given to conf_load(), for messages */
+	char *path;		     /* as given to conf_load(), for messages */
 	struct conf_export *exports; /* in file order; [0] is the default */
 	unsigned int nr_exports;
 	struct conf_server server;
@@ -95,8 +96,7 @@ struct conf {
  * Returns 0, -errno from reading the file, -EINVAL for any content error,
  * or -ENOMEM.
  */
-int conf_load(struct conf **out, const char *path, char *errbuf,
-	      size_t errlen);
+int conf_load(struct conf **out, const char *path, char *errbuf, size_t errlen);
 
 /**
  * conf_parse_string - as conf_load, from memory
@@ -139,8 +139,7 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
  * conf_export_check - what can only be checked once every key is in
  * (at least one member).  Returns 0 or -EINVAL with a message.
  */
-int conf_export_check(const struct conf_export *e, char *errbuf,
-		      size_t errlen);
+int conf_export_check(const struct conf_export *e, char *errbuf, size_t errlen);
 
 /**
  * conf_export_volume - the volume_open() arguments for @e
@@ -170,7 +169,6 @@ int conf_parse_bool(const char *s, bool *out);
  * (power of two, STRIPE_MIN_CHUNK..STRIPE_MAX_CHUNK).  Returns 0 or -EINVAL
  * with "why" in @errbuf (without the key).
  */
-int conf_parse_chunk(const char *s, uint64_t *out, char *errbuf,
-		     size_t errlen);
+int conf_parse_chunk(const char *s, uint64_t *out, char *errbuf, size_t errlen);
 
 #endif /* BIONBD_CONFIG_H */

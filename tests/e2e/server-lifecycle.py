@@ -1,0 +1,246 @@
+# SPDX-License-Identifier: MIT
+"""server-lifecycle.py - clients for test-server-lifecycle.sh (Debian's
+python3; libnbd for the load, raw sockets for the rude clients).
+
+  load ACKLOG         writes 4K blocks 0, 1, 2, ... of [0, LOAD_BYTES) once
+                      each (block b holds pattern(b)), 32 in flight; every
+                      write the server acknowledges is appended to ACKLOG
+                      (one block number a line) at once.  Runs until the
+                      server goes away; exits 0 then.
+  verify ACKLOG       every acknowledged block is on the member files
+                      (read directly, mapped by the stripe rule)
+  disconnects         clients that hang up with requests in flight, or stop
+                      reading replies; another client is served meanwhile
+  idle N              N connections through the handshake, left idle:
+                      prints the server's RSS growth in KiB
+
+Environment: NBD_URI, NBD_SOCK, SERVER_PID, MEMBERS, CHUNK, LOAD_BYTES.
+"""
+import os
+import socket
+import struct
+import sys
+import time
+
+import nbd_raw as raw
+from nbd_e2e import check, fail, layout, log
+
+K, M = 1024, 1 << 20
+BLOCK = 4 * K
+
+
+def block_data(b):
+    return struct.pack(">Q", b) * (BLOCK // 8)
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    fail("no VmRSS")
+
+
+def server_conns(pid):
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                n += 1
+        except FileNotFoundError:
+            pass
+    return n - 1  # the listener
+
+
+def wait_conns(pid, want, what, limit=15.0):
+    deadline = time.monotonic() + limit
+    while server_conns(pid) != want:
+        if time.monotonic() > deadline:
+            fail(f"{what}: the server holds {server_conns(pid)} "
+                 f"connections, expected {want}")
+        time.sleep(0.05)
+
+
+def load(acklog):
+    import nbd
+    nblocks = int(os.environ["LOAD_BYTES"]) // BLOCK
+    h = nbd.NBD()
+    h.connect_uri(os.environ["NBD_URI"])
+    out = open(acklog, "w", buffering=1)
+    inflight = {}
+    nxt = 0
+    try:
+        while True:
+            while len(inflight) < 32 and nxt < nblocks:
+                cookie = h.aio_pwrite(block_data(nxt), nxt * BLOCK)
+                inflight[cookie] = nxt
+                nxt += 1
+            if not inflight:  # everything written: keep reading
+                h.pread(BLOCK, 0)
+                continue
+            h.poll(-1)
+            for cookie in list(inflight):
+                if h.aio_command_completed(cookie):
+                    out.write(f"{inflight.pop(cookie)}\n")
+    except nbd.Error as e:
+        # The server shut down under us: expected, and how this ends.
+        log(f"load: {nxt} writes issued, stopped by: {e.string}")
+    out.close()
+
+
+def verify(acklog):
+    members = os.environ["MEMBERS"].split()
+    chunk = int(os.environ["CHUNK"])
+    with open(acklog) as f:
+        acked = [int(x) for x in f.read().split()]
+    check(len(set(acked)) == len(acked), "a block acknowledged twice")
+    files = [open(m, "rb") for m in members]
+    for b in acked:
+        m, moff = layout(b * BLOCK, chunk, len(members))
+        files[m].seek(moff)
+        got = files[m].read(BLOCK)
+        check(got == block_data(b),
+              f"acknowledged block {b} is not on member {m} at {moff}")
+    log(f"verify: {len(acked)} acknowledged writes are on the members")
+
+
+def disconnects():
+    sock = os.environ["NBD_SOCK"]
+    pid = int(os.environ["SERVER_PID"])
+    import nbd
+    h = nbd.NBD()
+    h.connect_uri(os.environ["NBD_URI"])
+    probe = b"\xa5" * BLOCK
+    h.pwrite(probe, 60 * M)
+    base = server_conns(pid)
+    try:
+        for i in range(20):
+            c = raw.connect_go(sock)
+            blob = b""
+            for j in range(100):
+                blob += c.req_bytes(raw.CMD_READ, j, (j % 64) * 64 * K,
+                                    64 * K)
+            for j in range(20):
+                blob += c.req_bytes(raw.CMD_WRITE, 100 + j,
+                                    32 * M + j * 64 * K, 64 * K,
+                                    payload=bytes([i]) * 64 * K)
+            c.send(blob)
+            if i % 2:
+                # Reset instead of a clean close.
+                c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                  struct.pack("ii", 1, 0))
+            c.close()
+            # The other client is served meanwhile.
+            check(h.pread(BLOCK, 60 * M) == probe,
+                  f"round {i}: the other client read wrong data")
+        # A client that never reads its replies (128 MiB of them), then
+        # goes away: the server must not wait for it forever.
+        # Its in-flight limits must bound what it costs the server.
+        rss0 = rss_kib(pid)
+        c = raw.connect_go(sock)
+        blob = b"".join(c.req_bytes(raw.CMD_READ, j, (j % 256) * 64 * K,
+                                    64 * K) for j in range(2048))
+        c.sock.settimeout(5)
+        try:
+            c.send(blob)
+        except socket.timeout:
+            pass  # the server stopped reading: its in-flight limit
+        time.sleep(0.5)
+        check(h.pread(BLOCK, 60 * M) == probe,
+              "while a client ignores its replies: wrong data")
+        grown = rss_kib(pid) - rss0
+        log(f"disconnects: a client not reading 128 MiB of replies grew "
+            f"the server's RSS by {grown} KiB")
+        check(grown < 64 * 1024, f"a client not reading its replies grew "
+              f"the server by {grown} KiB")
+        c.close()
+    except raw.Fail as e:
+        fail(str(e))
+    wait_conns(pid, base, "after the rude clients")
+    h.pwrite(probe, 60 * M + BLOCK)
+    h.flush()
+    check(h.pread(2 * BLOCK, 60 * M) == probe * 2, "after: wrong data")
+    h.shutdown()
+    wait_conns(pid, base - 1, "after the last client")
+    log("disconnects: 20 hang-ups with 120 requests in flight, one client "
+        "not reading; no connection left, others served")
+
+
+def idle(n):
+    sock = os.environ["NBD_SOCK"]
+    pid = int(os.environ["SERVER_PID"])
+    # Warm up once (buffers, first-connection allocations).
+    c = raw.connect_go(sock)
+    c.read(0, BLOCK)
+    c.close()
+    wait_conns(pid, 0, "before the idle connections")
+    before = rss_kib(pid)
+    conns = []
+    try:
+        for _ in range(n):
+            conns.append(raw.connect_go(sock))
+        wait_conns(pid, n, f"{n} idle connections")
+        # They all still work.
+        for c in conns[::50]:
+            c.read(0, BLOCK)
+    except raw.Fail as e:
+        fail(str(e))
+    after = rss_kib(pid)
+    for c in conns:
+        c.close()
+    wait_conns(pid, 0, f"after closing {n} idle connections")
+    print(after - before)
+
+
+def hold():
+    """Connections in every state: just connected, mid-handshake, idle in
+    transmission, and with a read in flight.  Prints "ready", then waits
+    until the server (sent SIGTERM by the caller) has closed all of them;
+    the read in flight must be answered first."""
+    sock = os.environ["NBD_SOCK"]
+    conns = []
+    try:
+        conns.append(raw.Raw(sock))                      # greeting only
+        c = raw.Raw(sock)
+        c.start(structured=False)
+        c.send(c.opt_bytes(raw.OPT_LIST)[:7])            # half an option
+        conns.append(c)
+        conns.append(raw.connect_go(sock))              # idle
+        busy = raw.connect_go(sock)
+        conns.append(busy)
+    except raw.Fail as e:
+        fail(str(e))
+    print("ready", flush=True)
+    # Sent after "ready": the caller's SIGTERM may come before or after
+    # the server reads it, so the reply is optional, but a reply, if any,
+    # must be whole and right.
+    busy.request(raw.CMD_READ, 1, 0, BLOCK)
+    for i, c in enumerate(conns):
+        c.sock.settimeout(15)
+        try:
+            if c is busy:
+                try:
+                    r = c.full_reply(1)
+                    check(c.error_of(r) in (0, raw.ESHUTDOWN),
+                          f"read during shutdown: error {c.error_of(r)}")
+                except raw.Closed:
+                    pass
+            c.expect_closed(f"connection {i} at shutdown", 15)
+        except raw.Fail as e:
+            fail(str(e))
+    log("hold: the server closed every connection")
+
+
+cmd = sys.argv[1]
+if cmd == "load":
+    load(sys.argv[2])
+elif cmd == "verify":
+    verify(sys.argv[2])
+elif cmd == "disconnects":
+    disconnects()
+elif cmd == "hold":
+    hold()
+elif cmd == "idle":
+    idle(int(sys.argv[2]))
+else:
+    fail(f"unknown command {cmd}")

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Description: configuration mistakes.  Each one (missing member, the same
+# member twice, also through a symlink, a directory as member, stripe size
+# not a power of two or below 4K, bad or ragged size, members too small,
+# unknown backend, no member at all; in a conf file a syntax error, an
+# unknown key, a bad value and a duplicate export, each with its line
+# number, an export without member, a missing conf file; and for the plugin
+# an export= not in the conf file, an unknown key, conf= mixed with file=)
+# makes the server exit non-zero before serving, with exactly one line of
+# output that names the problem, and leaves the member directory exactly as
+# it was: nothing created, extended or truncated, even when other members
+# of the same volume were fine and would have needed creating.  Also the
+# plugin's --help lists every key and --dump-plugin works.
+source "$(dirname "$0")/functions.sh"
+
+requires_server
+make_tmpdir
+
+d=$tmp/members
+mkdir -p "$d/adir"
+truncate -s 1M "$d/m0"
+truncate -s 1M "$d/m1"
+truncate -s 4K "$d/tiny"
+printf 'precious' | dd of="$d/m0" conv=notrunc status=none
+ln -s m0 "$d/link-to-m0"
+
+snapshot() {
+    (cd "$d" && find . -printf '%p %y %s %T@ %l\n' | sort &&
+        find . -type f -exec md5sum {} + | sort)
+}
+snapshot >"$tmp/before"
+
+# refuse PATTERN OPTIONS...: the server refuses with one line matching the
+# extended regex PATTERN, and the members are untouched.
+refuse() {
+    local pattern=$1 lines
+    shift
+    server_must_fail "$@"
+    lines=$(grep -c . "$SERVER_ERR" || :)
+    if [[ $lines -ne 1 ]]; then
+        sed 's/^/    /' "$SERVER_ERR" >&2
+        die "expected one line of output, got $lines: $*"
+    fi
+    expect_grep "$pattern" "$SERVER_ERR"
+    snapshot >"$tmp/after"
+    diff -u "$tmp/before" "$tmp/after" >&2 ||
+        die "the member directory changed: $*"
+    log "refused: $(cat "$SERVER_ERR")"
+}
+
+refuse "$d/nope.*No such file" "$d/m0" "$d/nope"
+refuse "m0.*twice" "$d/m0" "$d/m1" "$d/m0"
+refuse "link-to-m0.*twice|m0.*twice" "$d/m0" "$d/link-to-m0"
+refuse "adir.*not a regular file" --size 4M "$d/m0" "$d/new" "$d/adir"
+refuse "stripe.size.*48K.*power of two|stripe.size.*power of two" \
+    --stripe-size 48K "$d/m0" "$d/m1"
+refuse "stripe.size.*2K|stripe.size.*power of two" --stripe-size 2K "$d/m0" "$d/m1"
+refuse "stripe.size.*banana" --stripe-size banana "$d/m0" "$d/m1"
+refuse "size.*12Q" --size 12Q "$d/m0" "$d/m1"
+refuse "size.*1000.*512" --size 1000 "$d/m0" "$d/m1"
+refuse "tiny.*smaller than" "$d/m0" "$d/tiny"
+refuse "backend.*bogus" --backend bogus "$d/m0" "$d/m1"
+refuse "file|member" # no member at all
+
+# Configuration files: the message names the file and the line.
+conf=$tmp/bad.conf
+conf_case() { # PATTERN TEXT
+    printf '%s' "$2" >"$conf"
+    refuse "$1" --conf "$conf"
+}
+conf_case "bad.conf:4: syntax error.*'this line is wrong'" \
+"# a comment
+[export a]
+file = $d/m0
+this line is wrong
+"
+conf_case "bad.conf:5: \[export a\] stripe-sise=64K: unknown key" \
+"[export a]
+file = $d/m0
+
+  file = $d/m1
+stripe-sise = 64K
+"
+conf_case "bad.conf:3: \[export a\] stripe-size=3K: .*power of two" \
+"[export a]
+file = $d/m0
+stripe-size = 3K
+"
+conf_case "bad.conf:5: duplicate export 'a' \(first defined at line 1\)" \
+"[export a]
+file = $d/m0
+[export b]
+file = $d/m1
+[export a]
+file = $d/tiny
+"
+conf_case "bad.conf:1: \[export a\] no member" \
+"[export a]
+description = nothing in it
+"
+conf_case "nope.*No such file" \
+"[export a]
+file = $d/nope
+"
+refuse "missing.conf.*No such file" --conf "$tmp/missing.conf"
+printf '[export a]\nfile = %s\n' "$d/m0" >"$conf"
+
+# Plugin-only spellings: export= naming no export of the conf file, an
+# unknown key, conf= mixed with file=, --help.
+if [[ $SERVER == plugin ]]; then
+    plugin_refuses() { # PATTERN ARGS...
+        local pattern=$1 rc=0
+        shift
+        nbdkit -f -U "$tmp/x.sock" "$BIO_PLUGIN" "$@" \
+            >"$tmp/plugin.err" 2>&1 </dev/null || rc=$?
+        [[ $rc -ne 0 ]] || die "nbdkit accepted: $*"
+        [[ $(grep -c . "$tmp/plugin.err") -eq 1 ]] ||
+            { cat "$tmp/plugin.err" >&2; die "not one line: $*"; }
+        expect_grep "$pattern" "$tmp/plugin.err"
+        log "refused: $(cat "$tmp/plugin.err")"
+    }
+    refuse "export.*zzz" --conf "$conf" --export zzz
+    plugin_refuses "unknown parameter 'colour'" file="$d/m0" colour=blue
+    plugin_refuses "conf= cannot be combined" conf="$conf" file="$d/m1"
+    plugin_refuses "export= .*no conf=" file="$d/m0" export=a
+    plugin_refuses "read-only=perhaps" file="$d/m0" read-only=perhaps
+    plugin_refuses "conf= given twice" conf="$conf" conf="$conf"
+    snapshot >"$tmp/after"
+    diff -u "$tmp/before" "$tmp/after" >&2 || die "the member directory changed"
+
+    nbdkit "$BIO_PLUGIN" --help >"$tmp/help" 2>&1 || die "nbdkit bio --help failed"
+    for key in file stripe-size size read-only description backend conf export; do
+        expect_grep "^$key=" "$tmp/help"
+    done
+    nbdkit "$BIO_PLUGIN" --dump-plugin >"$tmp/dump" 2>&1 || die "--dump-plugin failed"
+    expect_grep '^name=bio$' "$tmp/dump"
+    expect_grep '^thread_model=parallel$' "$tmp/dump"
+    expect_grep '^bio_backends=' "$tmp/dump"
+fi
+log "ok"

@@ -1,0 +1,278 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Description: bionbd's life cycle.  SIGTERM in the middle of a load (a
+# libnbd writer with 32 writes in flight, plus fio if it has its nbd
+# engine): the server exits 0 and every write it acknowledged is on the
+# member files.  Clients that hang up (FIN or RST) with 120 requests in
+# flight, or stop reading 128 MiB of replies: no crash, no connection left
+# over, another client served meanwhile.  500 idle connections: the
+# server's RSS growth is printed and must stay under 64 MiB.  SIGINT also
+# exits 0.  Daemon mode (no -f): returns once serving, pidfile written,
+# SIGTERM removes socket and pidfile.  --help and --version.  Config
+# errors (missing member, stripe size not a power of two, unknown key,
+# duplicate member or export, bad size, ...): exit 1 with one line naming
+# the key or value, and nothing created.  Both backends where it matters.
+source "$(dirname "$0")/functions.sh"
+
+requires_nbdpy
+requires nbdinfo
+make_tmpdir
+
+CHUNK=64K SIZE=64M LOAD_BYTES=$((32 << 20))
+IDLE_CONNS=500
+IDLE_RSS_LIMIT_KIB=$((64 * 1024))
+
+have_fio_nbd=
+if command -v fio >/dev/null && fio --enghelp=nbd >/dev/null 2>&1; then
+    have_fio_nbd=1
+fi
+
+lifecycle() { # PY-ARGS... with the current server's environment
+    MEMBERS="${members[*]}" CHUNK=$(to_bytes $CHUNK) LOAD_BYTES=$LOAD_BYTES \
+        NBD_URI=$NBD_URI NBD_SOCK=$NBD_SOCK SERVER_PID=$SERVER_PID \
+        nbdpy "$SRC_DIR/tests/e2e/server-lifecycle.py" "$@"
+}
+
+# wait_exit PID SECONDS: PID (a child of this shell) exits within SECONDS;
+# its exit status in $exit_rc.
+wait_exit() {
+    local pid=$1 n
+    for ((n = 0; n < $2 * 20; n++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill -0 "$pid" 2>/dev/null && die "pid $pid still running after $2 s"
+    exit_rc=0
+    wait "$pid" || exit_rc=$?
+}
+
+for be in $BACKENDS; do
+    d=$tmp/$be
+    mkdir -p "$d"
+    members=("$d/m0" "$d/m1" "$d/m2" "$d/m3")
+
+    # ---- SIGTERM under load
+    log "$be: SIGTERM under load"
+    start_bionbd -t 2 --backend "$be" --stripe-size $CHUNK --size $SIZE \
+        "${members[@]}"
+    acklog=$d/acked
+    lifecycle load "$acklog" 2>"$d/load.err" &
+    load_pid=$!
+    _cleanup_pids+=("$load_pid")
+    if [[ -n $have_fio_nbd ]]; then
+        # fio on the other half of the volume, until the server goes.
+        start_bg fio --name=load --ioengine=nbd --uri="$NBD_URI" \
+            --rw=randrw --bs=4k --iodepth=16 --offset=32M --size=32M \
+            --time_based --runtime=60 >"$d/fio.log" 2>&1
+        fio_pid=$BG_PID
+    fi
+    for ((n = 0; n < 400; n++)); do
+        [[ -s $acklog && $(wc -l <"$acklog") -ge 2000 ]] && break
+        kill -0 "$load_pid" 2>/dev/null || die "$be: the load client died early"
+        sleep 0.05
+    done
+    [[ $(wc -l <"$acklog") -ge 2000 ]] || die "$be: load too slow to test"
+    kill -TERM "$SERVER_PID"
+    wait_exit "$SERVER_PID" 15
+    check_sanitizer_log "$SERVER_LOG"
+    [[ $exit_rc -eq 0 ]] || die "$be: SIGTERM under load: exit status $exit_rc"
+    [[ ! -e $NBD_SOCK && ! -e $SERVER_PIDFILE ]] ||
+        die "$be: socket or pidfile left after SIGTERM"
+    SERVER_PID=
+    wait_exit "$load_pid" 15
+    [[ $exit_rc -eq 0 ]] || { cat "$d/load.err" >&2; die "$be: load client failed"; }
+    [[ -z $have_fio_nbd ]] || wait_exit "$fio_pid" 15
+    log "$be: $(wc -l <"$acklog") writes acknowledged before the shutdown"
+    lifecycle verify "$acklog" || die "$be: acknowledged writes lost"
+
+    # ---- rude clients, idle connections
+    log "$be: idle connections; disconnects with requests in flight"
+    start_bionbd -t 2 --backend "$be" --stripe-size $CHUNK "${members[@]}"
+    rss=$(lifecycle idle $IDLE_CONNS) || die "$be: idle connections failed"
+    log "$be: RSS growth for $IDLE_CONNS idle connections: $rss KiB" \
+        "($((rss * 1024 / IDLE_CONNS)) bytes each)"
+    [[ $rss -lt $IDLE_RSS_LIMIT_KIB ]] ||
+        die "$be: $IDLE_CONNS idle connections cost $rss KiB (limit $IDLE_RSS_LIMIT_KIB)"
+    lifecycle disconnects || die "$be: disconnect cases failed"
+    # Acknowledged data from the load is still there after the restart.
+    lifecycle verify "$acklog" || die "$be: data lost across the restart"
+    stop_bionbd
+
+    # ---- SIGINT with clients in every state: it closes them at once (not
+    # after the 10 s grace for clients that stop reading) and exits 0.
+    log "$be: SIGINT with clients connected"
+    start_bionbd -t 2 --backend "$be" "${members[@]}"
+    lifecycle hold >"$d/hold.out" 2>"$d/hold.err" &
+    hold_pid=$!
+    _cleanup_pids+=("$hold_pid")
+    for ((n = 0; n < 200; n++)); do
+        grep -qs ready "$d/hold.out" && break
+        kill -0 "$hold_pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    grep -qs ready "$d/hold.out" || { cat "$d/hold.err" >&2; die "$be: hold client not ready"; }
+    t0=$SECONDS
+    kill -INT "$SERVER_PID"
+    # The clients see their connections closed well before the 10 s grace
+    # the server gives clients that stop reading.
+    wait_exit "$hold_pid" 15
+    [[ $exit_rc -eq 0 ]] || { cat "$d/hold.err" >&2; die "$be: clients at SIGINT"; }
+    [[ $((SECONDS - t0)) -le 7 ]] ||
+        die "$be: SIGINT: idle clients closed only after $((SECONDS - t0)) s"
+    wait_exit "$SERVER_PID" 15
+    SERVER_PID=
+    check_sanitizer_log "$SERVER_LOG"
+    [[ $exit_rc -eq 0 ]] || die "$be: SIGINT: exit status $exit_rc"
+    [[ ! -e $NBD_SOCK ]] || die "$be: socket left after SIGINT"
+done
+
+# ---- daemon mode
+log "daemon mode"
+d=$tmp/daemon
+mkdir -p "$d"
+asan_log=$d/sanitizer
+dsock=$d/sock dpid=$d/pid
+# stderr is /dev/null once daemonized: sanitizer reports go to files.
+rc=0
+ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$asan_log \
+UBSAN_OPTIONS=${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}log_path=$asan_log \
+    timeout 20 "$BIONBD" -U "$dsock" -P "$dpid" --size 8M "$d/m0" "$d/m1" \
+    >"$d/out" 2>&1 </dev/null || rc=$?
+[[ $rc -eq 0 ]] || { cat "$d/out" >&2; die "daemon start: exit status $rc"; }
+[[ ! -s $d/out ]] || { cat "$d/out" >&2; die "daemon start printed something"; }
+# Ready when the parent returned: socket and pidfile are there now.
+[[ -S $dsock ]] || die "daemon: no socket when the command returned"
+[[ -s $dpid ]] || die "daemon: no pidfile when the command returned"
+daemon=$(<"$dpid")
+[[ $daemon =~ ^[0-9]+$ ]] || die "daemon: pidfile holds '$daemon'"
+on_exit "[[ \$(ps -o comm= -p $daemon) == bionbd ]] && kill -KILL $daemon"
+kill -0 "$daemon" 2>/dev/null || die "daemon: pid $daemon not running"
+[[ $(ps -o comm= -p "$daemon") == bionbd ]] || die "daemon: pid $daemon is not bionbd"
+[[ $(nbdinfo --size "nbd+unix:///?socket=$dsock") -eq $((8 << 20)) ]] ||
+    die "daemon: nbdinfo --size"
+kill -TERM "$daemon"
+for ((n = 0; n < 300; n++)); do
+    kill -0 "$daemon" 2>/dev/null || break
+    sleep 0.05
+done
+kill -0 "$daemon" 2>/dev/null && die "daemon: still running 15 s after SIGTERM"
+[[ ! -e $dsock ]] || die "daemon: socket left after SIGTERM"
+[[ ! -e $dpid ]] || die "daemon: pidfile left after SIGTERM"
+for f in "$asan_log".*; do
+    [[ -e $f ]] || continue
+    check_sanitizer_log "$f"
+done
+
+# ---- --help, --version, bad options
+log "--help, --version"
+"$BIONBD" --help >"$d/help" 2>"$d/help.err" || die "--help: exit status $?"
+expect_grep '^Usage: bionbd' "$d/help"
+expect_grep '--backend' "$d/help"
+[[ ! -s $d/help.err ]] || die "--help wrote to stderr"
+"$BIONBD" --version >"$d/version" 2>&1 || die "--version: exit status $?"
+[[ $(wc -l <"$d/version") -eq 1 ]] || die "--version: not one line"
+expect_grep '^bionbd [0-9]' "$d/version"
+rc=0
+"$BIONBD" --no-such-flag >"$d/bad" 2>"$d/bad.err" || rc=$?
+[[ $rc -eq 1 ]] || die "--no-such-flag: exit status $rc, expected 1"
+expect_grep 'Usage: bionbd' "$d/bad.err"
+check_sanitizer_log "$d/bad.err"
+
+# ---- configuration errors
+log "configuration errors"
+c=$tmp/conf
+mkdir -p "$c"
+truncate -s 1M "$c/a.img" "$c/b.img"
+
+# snapshot: names, types and sizes of what $c holds (but out and err).
+snapshot() {
+    find "$c" -mindepth 1 -printf '%P %y %s\n' | grep -v '^\(out\|err\) ' |
+        sort
+}
+
+# refuse PATTERN ARGS...: bionbd ARGS (with -f, a socket and a pidfile in
+# $c) exits 1 with exactly one line on stderr matching PATTERN, and the
+# directory's contents and the member sizes are unchanged.
+refuse() {
+    local pat=$1 rc=0 before after
+    shift
+    before=$(snapshot)
+    timeout 20 "$BIONBD" -f -U "$c/sock" -P "$c/pid" "$@" \
+        >"$c/out" 2>"$c/err" </dev/null || rc=$?
+    after=$(snapshot)
+    check_sanitizer_log "$c/err"
+    [[ $rc -eq 1 ]] || { cat "$c/err" >&2; die "bionbd $*: exit status $rc, expected 1"; }
+    [[ $(wc -l <"$c/err") -eq 1 ]] || {
+        sed 's/^/    /' "$c/err" >&2
+        die "bionbd $*: expected one line on stderr"
+    }
+    expect_grep "^bionbd: .*$pat" "$c/err"
+    [[ ! -s $c/out ]] || die "bionbd $*: wrote to stdout"
+    [[ $before == "$after" ]] || {
+        diff <(echo "$before") <(echo "$after") >&2
+        die "bionbd $*: changed the directory (diff above)"
+    }
+}
+
+conf() { # NAME: write stdin to $c/NAME.conf
+    cat >"$c/$1.conf"
+}
+
+refuse 'missing\.img' "$c/missing.img"
+refuse 'no/such/dir/x\.img' --size 4M "$c/no/such/dir/x.img"
+refuse 'stripe-size.*48K|48K.*stripe' --stripe-size 48K "$c/a.img" "$c/b.img"
+refuse 'a\.img' "$c/a.img" "$c/a.img"
+refuse 'size.*1000|1000' --size 1000 "$c/a.img"
+refuse 'io_uring_not' --backend io_uring_not "$c/a.img"
+refuse '-t' -t 0 "$c/a.img"
+refuse 'exportname|-e|config' -c "$c/none.conf" -e foo
+conf missing <<'EOF'
+[export one]
+    file = nope.img
+EOF
+refuse 'nope\.img' -c "$c/missing.conf"
+conf stripe <<'EOF'
+[export one]
+    file = a.img
+    stripe-size = 48K
+EOF
+refuse 'stripe\.conf:3.*stripe-size.*48K' -c "$c/stripe.conf"
+conf key <<'EOF'
+[export one]
+    file = a.img
+    colour = blue
+EOF
+refuse 'key\.conf:3.*colour' -c "$c/key.conf"
+conf dup <<'EOF'
+[export one]
+    file = a.img
+    file = b.img
+    file = a.img
+EOF
+refuse 'dup\.conf:4.*a\.img' -c "$c/dup.conf"
+conf dupexp <<'EOF'
+[export one]
+    file = a.img
+[export one]
+    file = b.img
+EOF
+refuse 'dupexp\.conf:3.*one' -c "$c/dupexp.conf"
+conf section <<'EOF'
+[volume one]
+    file = a.img
+EOF
+refuse 'section\.conf:1.*volume' -c "$c/section.conf"
+# The second export is wrong: the first one's members (which --size would
+# create) must not be created either.
+conf second <<'EOF'
+[export one]
+    file = new0.img
+    file = new1.img
+    size = 4M
+[export two]
+    file = nope.img
+EOF
+refuse 'nope\.img' -c "$c/second.conf"
+refuse 'no such file|No such file|none\.conf' -c "$c/none.conf"
+
+log "PASS"
