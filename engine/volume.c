@@ -149,16 +149,30 @@ static int extend_member(const char *path, struct member_check *m,
 	return r;
 }
 
-int volume_open(struct target **out, const struct volume_config *cfg,
-		char *errbuf, size_t errlen)
+static void members_free(const struct volume_config *cfg,
+			 struct member_check *m, bool unlink_created)
 {
-	unsigned int n = cfg->nr_members, opened = 0, i, j;
+	for (unsigned int i = 0; m && i < cfg->nr_members; i++) {
+		if (unlink_created && m[i].created)
+			unlink(cfg->members[i]);
+		free(m[i].canon);
+	}
+	free(m);
+}
+
+/*
+ * Every check that can be made without side effects.  On success *mp
+ * holds what was learnt of each member and *need the bytes each member
+ * must hold (0: no size given, use what they have).
+ */
+static int volume_plan(const struct volume_config *cfg,
+		       struct member_check **mp, uint64_t *chunkp,
+		       uint64_t *needp, char *errbuf, size_t errlen)
+{
+	unsigned int n = cfg->nr_members, i, j;
 	uint64_t chunk = cfg->chunk_bytes ? cfg->chunk_bytes :
 					    STRIPE_DEFAULT_CHUNK;
-	struct member_check *m = NULL;
-	struct target **t = NULL, *stripe;
-	struct file_target_opts fopts = { .readonly = cfg->readonly,
-					  .direct = cfg->direct };
+	struct member_check *m;
 	struct stripe_geom g;
 	uint64_t need = 0, stripe_bytes;
 	int r;
@@ -186,21 +200,18 @@ int volume_open(struct target **out, const struct volume_config *cfg,
 	}
 
 	m = calloc(n, sizeof(*m));
-	t = calloc(n, sizeof(*t));
-	if (!m || !t) {
-		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
-		goto out;
-	}
+	if (!m)
+		return verr(errbuf, errlen, -ENOMEM, "out of memory");
 	for (i = 0; i < n; i++) {
 		r = check_member(cfg, i, &m[i], errbuf, errlen);
 		if (r)
-			goto out;
+			goto err;
 		for (j = 0; j < i; j++) {
 			if (same_member(&m[i], &m[j])) {
 				r = verr(errbuf, errlen, -EINVAL,
 					 "member %s: given twice (as %s too)",
 					 cfg->members[i], cfg->members[j]);
-				goto out;
+				goto err;
 			}
 		}
 		if (m[i].exists && need && m[i].size_bytes < need &&
@@ -211,7 +222,7 @@ int volume_open(struct target **out, const struct volume_config *cfg,
 				 (unsigned long long)m[i].size_bytes,
 				 (unsigned long long)cfg->size_bytes,
 				 (unsigned long long)need);
-			goto out;
+			goto err;
 		}
 		if (!need && m[i].size_bytes < chunk) {
 			r = verr(errbuf, errlen, -ENOSPC,
@@ -219,8 +230,48 @@ int volume_open(struct target **out, const struct volume_config *cfg,
 				 cfg->members[i],
 				 (unsigned long long)m[i].size_bytes,
 				 (unsigned long long)chunk);
-			goto out;
+			goto err;
 		}
+	}
+	*mp = m;
+	*chunkp = chunk;
+	*needp = need;
+	return 0;
+err:
+	members_free(cfg, m, false);
+	return r;
+}
+
+int volume_check(const struct volume_config *cfg, char *errbuf,
+		 size_t errlen)
+{
+	struct member_check *m;
+	uint64_t chunk, need;
+	int r = volume_plan(cfg, &m, &chunk, &need, errbuf, errlen);
+
+	if (!r)
+		members_free(cfg, m, false);
+	return r;
+}
+
+int volume_open(struct target **out, const struct volume_config *cfg,
+		char *errbuf, size_t errlen)
+{
+	unsigned int n = cfg->nr_members, opened = 0, i;
+	struct member_check *m = NULL;
+	struct target **t, *stripe;
+	struct file_target_opts fopts = { .readonly = cfg->readonly,
+					  .direct = cfg->direct };
+	uint64_t chunk, need;
+	int r;
+
+	r = volume_plan(cfg, &m, &chunk, &need, errbuf, errlen);
+	if (r)
+		return r;
+	t = calloc(n, sizeof(*t));
+	if (!t) {
+		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
+		goto out;
 	}
 
 	/* Everything checked: now create and extend. */
@@ -243,20 +294,15 @@ int volume_open(struct target **out, const struct volume_config *cfg,
 	r = stripe_target_create(&stripe, t, n, chunk, cfg->size_bytes);
 	if (r) {
 		verr(errbuf, errlen, r, "members too small for a %llu-byte stripe",
-		     (unsigned long long)stripe_bytes);
+		     (unsigned long long)(n * chunk));
 		goto out;
 	}
 	opened = 0; /* the stripe owns them now */
 	*out = stripe;
 out:
-	for (i = 0; i < opened; i++)
+	for (i = 0; t && i < opened; i++)
 		target_destroy(t[i]);
-	for (i = 0; m && i < n; i++) {
-		if (r && m[i].created)
-			unlink(cfg->members[i]);
-		free(m[i].canon);
-	}
-	free(m);
+	members_free(cfg, m, r != 0);
 	free(t);
 	return r;
 }

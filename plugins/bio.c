@@ -595,6 +595,38 @@ static int probe_backend(void)
 	return 0;
 }
 
+static void export_error(const struct conf_export *e, const char *msg)
+{
+	if (conf)
+		nbdkit_error("%s:%u: [export %s] %s", conf->path, e->line,
+			     e->name, msg);
+	else
+		nbdkit_error("%s", msg);
+}
+
+/* The i-th export this run serves. */
+static const struct conf_export *export_at(unsigned int i)
+{
+	if (!conf)
+		return &cmdline;
+	if (export_name)
+		return conf_find_export(conf, export_name);
+	return &conf->exports[i];
+}
+
+static int check_volume(const struct conf_export *e)
+{
+	struct volume_config vc;
+	char msg[1024];
+	int r;
+
+	conf_export_volume(e, &vc);
+	r = volume_check(&vc, msg, sizeof(msg));
+	if (r)
+		export_error(e, msg);
+	return r;
+}
+
 static int open_volume(struct bio_volume *v, const struct conf_export *e)
 {
 	struct volume_config vc;
@@ -604,11 +636,7 @@ static int open_volume(struct bio_volume *v, const struct conf_export *e)
 	conf_export_volume(e, &vc);
 	r = volume_open(&v->t, &vc, msg, sizeof(msg));
 	if (r) {
-		if (conf)
-			nbdkit_error("%s:%u: [export %s] %s", conf->path,
-				     e->line, e->name, msg);
-		else
-			nbdkit_error("%s", msg);
+		export_error(e, msg);
 		return r;
 	}
 	v->exp = e;
@@ -638,16 +666,12 @@ static int bio_get_ready(void)
 		nbdkit_error("out of memory");
 		return -1;
 	}
+	/* All exports must pass before any creates a member file. */
+	for (i = 0; i < n; i++)
+		if (check_volume(export_at(i)))
+			return -1;
 	for (i = 0; i < n; i++) {
-		const struct conf_export *e;
-
-		if (!conf)
-			e = &cmdline;
-		else if (export_name)
-			e = conf_find_export(conf, export_name);
-		else
-			e = &conf->exports[i];
-		if (open_volume(&volumes[i], e))
+		if (open_volume(&volumes[i], export_at(i)))
 			return -1; /* .unload closes what is open */
 		nr_volumes++;
 	}

@@ -430,16 +430,15 @@ static void exports_from_cmdline(const struct options *o)
 		die("out of memory");
 	srv.nr_exports = 1;
 	if (open_export(&srv.exports[0], &ce, err, sizeof(err)))
-		die("export '%s': %s", ce.name, err);
+		die("%s", err);
 	conf_export_release(&ce);
 }
 
 static struct conf *exports_from_file(struct options *o)
 {
+	struct volume_config vc;
 	struct conf *c;
 	char err[512];
-	char **fresh;
-	unsigned int nr_fresh = 0;
 
 	if (o->nr_members || o->stripe_size || o->size || o->export_name)
 		die("-c %s: member files, --stripe-size, --size and -e belong in the config file",
@@ -449,39 +448,26 @@ static struct conf *exports_from_file(struct options *o)
 	srv.exports = calloc(c->nr_exports, sizeof(*srv.exports));
 	if (!srv.exports)
 		die("out of memory");
-	/*
-	 * volume_open() checks an export before creating its members, but
-	 * only that export: a mistake in a later one would leave an earlier
-	 * one's new members behind.  Note which member files do not exist
-	 * yet, and remove them again if any export fails.
-	 */
-	for (unsigned int i = 0; i < c->nr_exports; i++)
-		nr_fresh += c->exports[i].nr_members;
-	fresh = calloc(nr_fresh ? nr_fresh : 1, sizeof(*fresh));
-	if (!fresh)
-		die("out of memory");
-	nr_fresh = 0;
-	for (unsigned int i = 0; i < c->nr_exports; i++)
-		for (unsigned int k = 0; k < c->exports[i].nr_members; k++)
-			if (access(c->exports[i].members[k], F_OK) &&
-			    errno == ENOENT)
-				fresh[nr_fresh++] = c->exports[i].members[k];
+	/* Every export must pass before any of them creates a member. */
 	for (unsigned int i = 0; i < c->nr_exports; i++) {
 		struct conf_export *ce = &c->exports[i];
 
 		/* -r makes every export read-only. */
 		if (o->readonly)
 			ce->readonly = true;
-		if (open_export(&srv.exports[i], ce, err, sizeof(err))) {
-			for (unsigned int j = 0; j < i; j++)
-				target_destroy(srv.exports[j].vol);
-			for (unsigned int k = 0; k < nr_fresh; k++)
-				unlink(fresh[k]);
-			die("export '%s': %s", ce->name, err);
-		}
+		conf_export_volume(ce, &vc);
+		if (volume_check(&vc, err, sizeof(err)))
+			die("%s:%u: [export %s] %s", c->path, ce->line, ce->name,
+			    err);
+	}
+	for (unsigned int i = 0; i < c->nr_exports; i++) {
+		struct conf_export *ce = &c->exports[i];
+
+		if (open_export(&srv.exports[i], ce, err, sizeof(err)))
+			die("%s:%u: [export %s] %s", c->path, ce->line, ce->name,
+			    err);
 		srv.nr_exports++;
 	}
-	free(fresh);
 	return c;
 }
 

@@ -185,6 +185,14 @@ int volume_open(struct target **out, const struct volume_config *cfg,
 		char *errbuf, size_t errlen);
 
 /**
+ * volume_check - every check volume_open makes, without creating, extending
+ * or opening anything; front ends with several exports check them all
+ * before opening the first.  Returns 0 or -errno with a message.
+ */
+int volume_check(const struct volume_config *cfg, char *errbuf,
+		 size_t errlen);
+
+/**
  * parse_size - "4096", "64K", "1M", "4G", "1T" (binary units) to bytes
  * Returns 0 or -EINVAL (empty, junk, overflow).
  */

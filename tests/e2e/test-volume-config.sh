@@ -103,6 +103,16 @@ conf_case "nope.*No such file" \
 "[export a]
 file = $d/nope
 "
+# All or nothing: export a alone would create two new members, but export
+# b is broken, so neither may touch the directory.
+conf_case "bad.conf:5: \[export b\] .*nope.*No such file" \
+"[export a]
+file = $d/new-a0
+file = $d/new-a1
+size = 1M
+[export b]
+file = $d/nope
+"
 refuse "missing.conf.*No such file" --conf "$tmp/missing.conf"
 printf '[export a]\nfile = %s\n' "$d/m0" >"$conf"
 
