@@ -83,6 +83,7 @@ struct bench_opts {
 	unsigned int ring_depth; /* 0 = sized from qd and bs */
 	uint64_t seed;
 	bool direct;
+	bool no_inline;
 	bool quiet;
 	const char *const *members;
 	unsigned int nr_members;
@@ -805,6 +806,7 @@ static void usage(FILE *f)
 		"  -r, --ring N           ring entries per ioq (default: from qd and bs)\n"
 		"  -S, --seed N           offset generator seed (default 1)\n"
 		"  -d, --direct           open members with O_DIRECT\n"
+		"  -n, --no-inline        use the backend even on tmpfs (no inline I/O)\n"
 		"  -Q, --quiet            print only the RESULT line\n"
 		"  -h, --help\n"
 		"Prints IOPS and MiB/s, then one line\n"
@@ -855,6 +857,7 @@ static void parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "ring", required_argument, NULL, 'r' },
 		{ "seed", required_argument, NULL, 'S' },
 		{ "direct", no_argument, NULL, 'd' },
+		{ "no-inline", no_argument, NULL, 'n' },
 		{ "quiet", no_argument, NULL, 'Q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -875,7 +878,7 @@ static void parse_args(int argc, char **argv, struct bench_opts *o)
 		.seed = 1,
 	};
 
-	while ((c = getopt_long(argc, argv, "m:e:p:b:q:j:t:c:s:r:S:dQh",
+	while ((c = getopt_long(argc, argv, "m:e:p:b:q:j:t:c:s:r:S:dnQh",
 				longopts, NULL)) != -1) {
 		switch (c) {
 		case 'm':
@@ -935,6 +938,9 @@ static void parse_args(int argc, char **argv, struct bench_opts *o)
 			if (errno || end == optarg || *end)
 				die_usage("seed", optarg);
 			break;
+		case 'n':
+			o->no_inline = true;
+			break;
 		case 'd':
 			o->direct = true;
 			break;
@@ -989,6 +995,7 @@ int main(int argc, char **argv)
 	cfg.readonly = !op_is_write((enum req_op)bench_op(&o)) &&
 		       !o.size_bytes;
 	cfg.direct = o.direct;
+	cfg.no_inline = o.no_inline;
 	r = volume_open(&vol, &cfg, err, sizeof(err));
 	if (r) {
 		fprintf(stderr, "engine-bench: %s\n",

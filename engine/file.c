@@ -14,6 +14,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -313,6 +314,13 @@ static void file_submit(struct target *t, struct bio *bio)
 		bio_io_error(bio, -ENXIO);
 		return;
 	}
+	if (ft->inline_io) {
+		r = file_do_sync(ft, bio);
+		if (r)
+			target_report_error(t, bio, r);
+		ioq_defer_end(q, bio, r);
+		return;
+	}
 	q->ops->submit(q, ft, bio);
 }
 
@@ -323,6 +331,18 @@ static void file_destroy(struct target *t)
 	close(ft->fd);
 	free(ft->t.name);
 	free(ft);
+}
+
+#define TMPFS_MAGIC_ 0x01021994
+#define RAMFS_MAGIC_ 0x858458f6
+
+static bool memory_backed(int fd)
+{
+	struct statfs sfs;
+
+	if (fstatfs(fd, &sfs))
+		return false;
+	return sfs.f_type == TMPFS_MAGIC_ || sfs.f_type == RAMFS_MAGIC_;
 }
 
 static const struct target_ops file_target_ops = {
@@ -364,6 +384,8 @@ int file_target_open(struct target **out, const char *path,
 	}
 	if (S_ISREG(st.st_mode)) {
 		ft->t.size_bytes = (uint64_t)st.st_size;
+		ft->inline_io = !opts->no_inline && !opts->direct &&
+				memory_backed(ft->fd);
 	} else if (S_ISBLK(st.st_mode)) {
 		ft->is_blockdev = true;
 		if (ioctl(ft->fd, BLKGETSIZE64, &ft->t.size_bytes)) {

@@ -33,6 +33,7 @@ struct file_target {
 	int fd;
 	bool is_blockdev;
 	bool readonly;
+	bool inline_io; /* memory-backed: do the I/O in the submitter */
 };
 
 static inline struct file_target *to_file_target(struct target *t)
@@ -105,7 +106,18 @@ struct ioq {
 	const struct ioq_ops *ops;
 	enum ioq_backend backend;
 	unsigned int inflight;
+	/* Bios done inline, ended by the next ioq_reap (never recursively). */
+	struct bio *done_head, **done_tail;
+	/* Eventfd to poke when done_head fills, or -1; set by the backend. */
+	int done_efd;
 };
+
+/* End @bio with @err at the next reap; called from submit paths. */
+void ioq_defer_end(struct ioq *q, struct bio *bio, int err);
+
+/* Common set-up of the generic part; backends call it first. */
+void ioq_init(struct ioq *q, const struct ioq_ops *ops,
+	      enum ioq_backend backend);
 
 int uring_ioq_create(struct ioq **out, unsigned int depth);
 int threads_ioq_create(struct ioq **out, unsigned int depth);

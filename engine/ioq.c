@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -77,14 +78,73 @@ int ioq_flush(struct ioq *q)
 	return q->ops->flush(q);
 }
 
+void ioq_init(struct ioq *q, const struct ioq_ops *ops,
+	      enum ioq_backend backend)
+{
+	q->ops = ops;
+	q->backend = backend;
+	q->inflight = 0;
+	q->done_head = NULL;
+	q->done_tail = &q->done_head;
+	q->done_efd = -1;
+}
+
+void ioq_defer_end(struct ioq *q, struct bio *bio, int err)
+{
+	uint64_t one = 1;
+
+	/* bio_endio would record it the same way: first error wins. */
+	if (err && !bio->bi_status)
+		bio->bi_status = err;
+	bio->bi_next = NULL;
+	/* A poller of ioq_event_fd must wake for these too. */
+	if (!q->done_head && q->done_efd >= 0)
+		(void)!write(q->done_efd, &one, sizeof(one));
+	*q->done_tail = bio;
+	q->done_tail = &bio->bi_next;
+	q->inflight++;
+}
+
+/*
+ * End the bios done inline.  Their end_io may submit more, which may land
+ * here again: the loop picks those up without recursing.
+ */
+static int ioq_end_deferred(struct ioq *q)
+{
+	int n = 0;
+
+	while (q->done_head) {
+		struct bio *bio = q->done_head;
+
+		q->done_head = bio->bi_next;
+		if (!q->done_head)
+			q->done_tail = &q->done_head;
+		bio->bi_next = NULL;
+		q->inflight--;
+		bio_endio(bio, bio->bi_iter.bi_size, bio->bi_status);
+		n++;
+	}
+	return n;
+}
+
 int ioq_reap(struct ioq *q)
 {
-	return q->ops->reap(q);
+	int n = ioq_end_deferred(q);
+	int r = q->ops->reap(q);
+
+	return r < 0 ? r : n + r;
+}
+
+bool ioq_has_ready(const struct ioq *q)
+{
+	return q->done_head != NULL;
 }
 
 int ioq_wait(struct ioq *q)
 {
-	return q->ops->wait(q);
+	int n = ioq_end_deferred(q);
+
+	return n ? n : q->ops->wait(q);
 }
 
 int ioq_event_fd(struct ioq *q)

@@ -2,6 +2,8 @@
 /*
  * ioq_ev.c - libev watchers that flush and reap an ioq on its loop's thread.
  */
+#include <unistd.h>
+
 #include "internal.h"
 
 #include <bionbd/ioq_ev.h>
@@ -10,10 +12,12 @@ static void ioq_ev_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 {
 	struct ioq_ev *iw = container_of(w, struct ioq_ev, prepare);
 
-	ioq_flush(iw->q);
-	ioq_reap(iw->q);
-	if (iw->after_reap)
-		iw->after_reap(iw);
+	do {
+		ioq_flush(iw->q);
+		ioq_reap(iw->q);
+		if (iw->after_reap)
+			iw->after_reap(iw);
+	} while (ioq_has_ready(iw->q));
 	/*
 	 * The loop is about to block: whatever the reap or the hook queued
 	 * (the rest of a short read, the next step of a write-zeroes, bios
@@ -26,7 +30,10 @@ static void ioq_ev_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 static void ioq_ev_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct ioq_ev *iw = container_of(w, struct ioq_ev, io);
+	uint64_t v;
 
+	/* Level-triggered: drain, or the loop spins on a stale count. */
+	(void)!read(w->fd, &v, sizeof(v));
 	ioq_reap(iw->q);
 }
 
@@ -38,6 +45,11 @@ int ioq_ev_start(struct ioq_ev *w, struct ioq *q, struct ev_loop *loop)
 		return fd;
 	w->q = q;
 	w->after_reap = NULL;
+	/*
+	 * The prepare watcher ends inline completions before the loop can
+	 * block, so they need not poke the eventfd (two syscalls a batch).
+	 */
+	q->done_efd = -1;
 	ev_prepare_init(&w->prepare, ioq_ev_prepare_cb);
 	ev_io_init(&w->io, ioq_ev_io_cb, fd, EV_READ);
 	ev_prepare_start(loop, &w->prepare);

@@ -285,8 +285,8 @@ int threads_ioq_create(struct ioq **out, unsigned int depth)
 		return r;
 	}
 	pthread_mutex_init(&tq->lock, NULL);
-	tq->q.ops = &threads_ops;
-	tq->q.backend = IOQ_THREADS;
+	ioq_init(&tq->q, &threads_ops, IOQ_THREADS);
+	tq->q.done_efd = tq->efd;
 	pool_get();
 	*out = &tq->q;
 	return 0;

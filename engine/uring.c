@@ -313,7 +313,11 @@ static int uring_reap(struct ioq *q)
 	unsigned int head, n, total = 0;
 	uint64_t v;
 
-	if (uq->efd >= 0)
+	/*
+	 * Only the kernel signals this fd (inline completions skip it), so
+	 * with nothing in the kernel there is nothing to drain.
+	 */
+	if (uq->efd >= 0 && uq->in_kernel)
 		(void)!read(uq->efd, &v, sizeof(v));
 	do {
 		n = 0;
@@ -367,6 +371,7 @@ static int uring_event_fd(struct ioq *q)
 		return r;
 	}
 	uq->efd = fd;
+	uq->q.done_efd = fd;
 	return fd;
 }
 
@@ -409,8 +414,7 @@ int uring_ioq_create(struct ioq **out, unsigned int depth)
 		free(uq);
 		return r;
 	}
-	uq->q.ops = &uring_ops;
-	uq->q.backend = IOQ_IO_URING;
+	ioq_init(&uq->q, &uring_ops, IOQ_IO_URING);
 	uq->efd = -1;
 	uq->cq_entries = uq->ring.cq.ring_entries;
 	uq->pending_tail = &uq->pending;

@@ -261,7 +261,8 @@ int volume_open(struct target **out, const struct volume_config *cfg,
 	struct member_check *m = NULL;
 	struct target **t, *stripe;
 	struct file_target_opts fopts = { .readonly = cfg->readonly,
-					  .direct = cfg->direct };
+					  .direct = cfg->direct,
+					  .no_inline = cfg->no_inline };
 	uint64_t chunk, need;
 	int r;
 

@@ -71,6 +71,7 @@ void target_set_error_reporter(target_error_fn *fn);
 struct file_target_opts {
 	bool readonly;
 	bool direct; /* O_DIRECT: buffers and offsets must be 512-aligned */
+	bool no_inline; /* use the backend even on tmpfs/ramfs (see ioq.h) */
 };
 
 /**
@@ -171,6 +172,7 @@ struct volume_config {
 	uint64_t size_bytes; /* 0 = from the members; else create/extend */
 	bool readonly;
 	bool direct;
+	bool no_inline; /* file_target_opts.no_inline for every member */
 };
 
 /**
