@@ -35,8 +35,11 @@ typedef uint64_t sector_t;
 
 /*
  * One contiguous piece of memory.  bv_page is the page-aligned address that
- * contains the first byte; the segment may run on across following pages, so
- * one contiguous NBD buffer is always one segment.
+ * contains the segment's first byte; the segment may run on across following
+ * pages, so one contiguous NBD buffer is always one segment.  A bvec made by
+ * the iterator (bio_iter_iovec, bio_for_each_segment) keeps bv_page and
+ * grows bv_offset, which may then exceed a page: use bvec_virt() for the
+ * address.
  */
 struct bio_vec {
 	void *bv_page;
