@@ -426,24 +426,31 @@ start_server() {
     die "server not ready after 15 s: ${_cmd[*]}"
 }
 
-stop_server() {
-    local n rc=0
-    [[ -n $SERVER_PID ]] || return 0
+# _term_and_wait SECONDS: SIGTERM $SERVER_PID, wait for it to exit (die if
+# it outlives SECONDS) and leave its exit status in _term_rc.
+_term_and_wait() {
+    local n
+    _term_rc=0
     kill -TERM "$SERVER_PID" 2>/dev/null || :
-    for ((n = 0; n < 300; n++)); do
+    for ((n = 0; n < $1 * 20; n++)); do
         kill -0 "$SERVER_PID" 2>/dev/null || break
         sleep 0.05
     done
     kill -0 "$SERVER_PID" 2>/dev/null &&
-        die "server $SERVER_PID still running 15 s after SIGTERM"
-    wait "$SERVER_PID" 2>/dev/null || rc=$?
+        die "server $SERVER_PID still running $1 s after SIGTERM"
+    wait "$SERVER_PID" 2>/dev/null || _term_rc=$?
+    SERVER_PID=
+}
+
+stop_server() {
+    [[ -n $SERVER_PID ]] || return 0
+    _term_and_wait 15
     # bionbd promises exit 0 after SIGTERM; under ASan a report fails too.
     if [[ $SERVER == bionbd ]]; then
-        [[ $rc -eq 0 ]] || die "bionbd exited $rc after SIGTERM"
+        [[ $_term_rc -eq 0 ]] || die "bionbd exited $_term_rc after SIGTERM"
         check_sanitizer_log "$SERVER_LOG"
     fi
     rm -f "$NBD_SOCK"
-    SERVER_PID=
 }
 
 server_must_fail() {
@@ -512,21 +519,12 @@ check_sanitizer_log() {
 }
 
 stop_bionbd() {
-    local n rc=0
     [[ -n $SERVER_PID ]] || return 0
-    kill -TERM "$SERVER_PID" 2>/dev/null || :
-    for ((n = 0; n < 400; n++)); do
-        kill -0 "$SERVER_PID" 2>/dev/null || break
-        sleep 0.05
-    done
-    kill -0 "$SERVER_PID" 2>/dev/null &&
-        die "bionbd $SERVER_PID still running 20 s after SIGTERM"
-    wait "$SERVER_PID" || rc=$?
-    SERVER_PID=
+    _term_and_wait 20
     check_sanitizer_log "$SERVER_LOG"
-    [[ $rc -eq 0 ]] || {
+    [[ $_term_rc -eq 0 ]] || {
         sed 's/^/    /' "$SERVER_LOG" >&2
-        die "bionbd exited with status $rc after SIGTERM"
+        die "bionbd exited with status $_term_rc after SIGTERM"
     }
     [[ ! -e $NBD_SOCK ]] || die "bionbd left its socket $NBD_SOCK behind"
     [[ ! -e $SERVER_PIDFILE ]] || die "bionbd left its pidfile behind"
