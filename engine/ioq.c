@@ -106,19 +106,21 @@ void ioq_defer_end(struct ioq *q, struct bio *bio, int err)
 }
 
 /*
- * End the bios done inline.  Their end_io may submit more, which may land
- * here again: the loop picks those up without recursing.
+ * End the bios done inline up to now.  Their end_io may submit more, which
+ * may be done inline too: those wait for the next call, so a callback that
+ * always resubmits can neither recurse nor keep this loop from returning.
  */
 static int ioq_end_deferred(struct ioq *q)
 {
+	struct bio *list = q->done_head;
 	int n = 0;
 
-	while (q->done_head) {
-		struct bio *bio = q->done_head;
+	q->done_head = NULL;
+	q->done_tail = &q->done_head;
+	while (list) {
+		struct bio *bio = list;
 
-		q->done_head = bio->bi_next;
-		if (!q->done_head)
-			q->done_tail = &q->done_head;
+		list = bio->bi_next;
 		bio->bi_next = NULL;
 		q->inflight--;
 		bio_endio(bio, bio->bi_iter.bi_size, bio->bi_status);

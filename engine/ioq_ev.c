@@ -12,12 +12,10 @@ static void ioq_ev_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 {
 	struct ioq_ev *iw = container_of(w, struct ioq_ev, prepare);
 
-	do {
-		ioq_flush(iw->q);
-		ioq_reap(iw->q);
-		if (iw->after_reap)
-			iw->after_reap(iw);
-	} while (ioq_has_ready(iw->q));
+	ioq_flush(iw->q);
+	ioq_reap(iw->q);
+	if (iw->after_reap)
+		iw->after_reap(iw);
 	/*
 	 * The loop is about to block: whatever the reap or the hook queued
 	 * (the rest of a short read, the next step of a write-zeroes, bios
@@ -25,6 +23,20 @@ static void ioq_ev_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 	 * an unrelated wake-up.
 	 */
 	ioq_flush(iw->q);
+	/*
+	 * Bios done inline since the reap (by the hook, or by end_io
+	 * callbacks that resubmit) need another pass: an idle watcher makes
+	 * the loop poll without blocking and come straight back here.
+	 */
+	if (ioq_has_ready(iw->q))
+		ev_idle_start(loop, &iw->idle);
+	else
+		ev_idle_stop(loop, &iw->idle);
+}
+
+static void ioq_ev_idle_cb(struct ev_loop *loop, ev_idle *w, int revents)
+{
+	/* Nothing to do here: the prepare watcher runs next and reaps. */
 }
 
 static void ioq_ev_io_cb(struct ev_loop *loop, ev_io *w, int revents)
@@ -46,12 +58,14 @@ int ioq_ev_start(struct ioq_ev *w, struct ioq *q, struct ev_loop *loop)
 	w->q = q;
 	w->after_reap = NULL;
 	/*
-	 * The prepare watcher ends inline completions before the loop can
-	 * block, so they need not poke the eventfd (two syscalls a batch).
+	 * The prepare and idle watchers end inline completions before the
+	 * loop blocks, so they need not poke the eventfd (two syscalls a
+	 * batch).
 	 */
 	q->done_efd = -1;
 	ev_prepare_init(&w->prepare, ioq_ev_prepare_cb);
 	ev_io_init(&w->io, ioq_ev_io_cb, fd, EV_READ);
+	ev_idle_init(&w->idle, ioq_ev_idle_cb);
 	ev_prepare_start(loop, &w->prepare);
 	ev_io_start(loop, &w->io);
 	return 0;
@@ -60,5 +74,6 @@ int ioq_ev_start(struct ioq_ev *w, struct ioq *q, struct ev_loop *loop)
 void ioq_ev_stop(struct ioq_ev *w, struct ev_loop *loop)
 {
 	ev_prepare_stop(loop, &w->prepare);
+	ev_idle_stop(loop, &w->idle);
 	ev_io_stop(loop, &w->io);
 }

@@ -20,6 +20,7 @@ struct ioq_ev {
 	struct ioq *q;
 	ev_prepare prepare;
 	ev_io io;
+	ev_idle idle; /* keeps the loop from blocking while bios are ready */
 	/*
 	 * Optional: called once per loop iteration, after the last reap and
 	 * before the loop blocks; a server sends the replies that the
