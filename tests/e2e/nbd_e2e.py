@@ -235,3 +235,18 @@ def block_status(h, length, off, flags=0):
             pos += n
         off = pos
     return merge(out)
+
+
+def server_error(want, what, fn, *args):
+    """fn(*args) fails with NBD error want, and the error came from the
+    server (libnbd says "command failed"), not from libnbd's own checks."""
+    name = errno.errorcode[want]
+    try:
+        fn(*args)
+    except nbd.Error as e:
+        check(e.errnum == want, f"{what}: expected {name}, got "
+              f"{errno.errorcode.get(e.errnum, e.errnum)} ({e.string})")
+        check("command failed" in (e.string or ""),
+              f"{what}: refused by libnbd, not the server: {e.string}")
+        return
+    fail(f"{what}: expected {name}, but it succeeded")

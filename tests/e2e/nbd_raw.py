@@ -409,3 +409,15 @@ def run_cases(cases, after=None):
         except OSError as e:
             fail(f"{name}: {e}")
         log(f"ok {name} ({time.monotonic() - t:.2f} s)")
+
+
+def server_conns(pid):
+    """Open sockets of server process pid, minus its listener."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                n += 1
+        except FileNotFoundError:
+            pass
+    return n - 1

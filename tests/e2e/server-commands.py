@@ -18,7 +18,7 @@ import time
 
 import nbd
 
-from nbd_e2e import (HOLE_ZERO, blocks, check, check_members, check_volume,
+from nbd_e2e import (server_error, HOLE_ZERO, blocks, check, check_members, check_volume,
                      connect, env_int, expected_extents, fail,
                      is_hole, log, member_pieces, member_view, merge)
 
@@ -43,21 +43,6 @@ def rand(nbytes):
 
 def noop_extents(*args):
     return 0
-
-
-def server_error(want, what, fn, *args):
-    """fn(*args) fails with NBD error want, and the error came from the
-    server (libnbd says "command failed"), not from libnbd's own checks."""
-    name = errno.errorcode[want]
-    try:
-        fn(*args)
-    except nbd.Error as e:
-        check(e.errnum == want, f"{what}: expected {name}, got "
-              f"{errno.errorcode.get(e.errnum, e.errnum)} ({e.string})")
-        check("command failed" in (e.string or ""),
-              f"{what}: refused by libnbd, not the server: {e.string}")
-        return
-    fail(f"{what}: expected {name}, but it succeeded")
 
 
 def members_digest():

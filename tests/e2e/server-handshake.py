@@ -16,7 +16,7 @@ import os
 import nbd
 
 import nbd_raw as raw
-from nbd_e2e import (HOLE_ZERO, check, connect, expected_extents, env_int,
+from nbd_e2e import (server_error, HOLE_ZERO, check, connect, expected_extents, env_int,
                      fail, log, merge)
 
 sock = os.environ["NBD_SOCK"]
@@ -33,21 +33,6 @@ K, M = 1024, 1 << 20
 
 def uri(name=""):
     return f"nbd+unix:///{name}?socket={sock}"
-
-
-def server_error(want, what, fn, *args):
-    """fn(*args) fails with NBD error want, and the error came from the
-    server (libnbd says "command failed"), not from libnbd's own checks."""
-    name = errno.errorcode[want]
-    try:
-        fn(*args)
-    except nbd.Error as e:
-        check(e.errnum == want, f"{what}: expected {name}, got "
-              f"{errno.errorcode.get(e.errnum, e.errnum)} ({e.string})")
-        check("command failed" in (e.string or ""),
-              f"{what}: refused by libnbd, not the server: {e.string}")
-        return
-    fail(f"{what}: expected {name}, but it succeeded")
 
 
 def opt_handle(structured=True):

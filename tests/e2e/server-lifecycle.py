@@ -41,22 +41,11 @@ def rss_kib(pid):
     fail("no VmRSS")
 
 
-def server_conns(pid):
-    n = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
-                n += 1
-        except FileNotFoundError:
-            pass
-    return n - 1  # the listener
-
-
 def wait_conns(pid, want, what, limit=15.0):
     deadline = time.monotonic() + limit
-    while server_conns(pid) != want:
+    while raw.server_conns(pid) != want:
         if time.monotonic() > deadline:
-            fail(f"{what}: the server holds {server_conns(pid)} "
+            fail(f"{what}: the server holds {raw.server_conns(pid)} "
                  f"connections, expected {want}")
         time.sleep(0.05)
 
@@ -112,7 +101,7 @@ def disconnects():
     h.connect_uri(os.environ["NBD_URI"])
     probe = b"\xa5" * BLOCK
     h.pwrite(probe, 60 * M)
-    base = server_conns(pid)
+    base = raw.server_conns(pid)
     try:
         for i in range(20):
             c = raw.connect_go(sock)

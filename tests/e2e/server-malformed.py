@@ -34,22 +34,10 @@ MAX = 32 * M
 uri = f"nbd+unix:///?socket={sock}"
 
 
-def server_conns():
-    """Open sockets of the server, minus its listener."""
-    n = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
-                n += 1
-        except FileNotFoundError:
-            pass
-    return n - 1
-
-
 def wait_conns(want, what, limit=10.0):
     deadline = time.monotonic() + limit
     while True:
-        got = server_conns()
+        got = raw.server_conns(pid)
         if got == want:
             return
         check(time.monotonic() < deadline,
