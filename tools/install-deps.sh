@@ -17,7 +17,7 @@ pkgs=(
 
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+  [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == 'install ok installed' ]] ||
     missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then

@@ -71,7 +71,9 @@ read 32K 200K: cksum $sum
 EOF
     expect_same_file "$d/out.head.expected" "$d/out.head"
     hlen=$(head -n 3 "$d/out" | wc -c)
-    tail -c +$((hlen + 1)) "$d/out" | head -c 200K | cmp - "$d/data" ||
+    # cmp itself skips and limits: "tail | head" under pipefail fails
+    # whenever head exits before tail has written everything (SIGPIPE).
+    cmp -i "$hlen:0" -n $((200 * 1024)) "$d/out" "$d/data" ||
         die "$be: readout differs from what writein wrote"
     tail -c +$((hlen + 200 * 1024 + 1)) "$d/out" >"$d/out.tail"
     cat >"$d/out.tail.expected" <<EOF
