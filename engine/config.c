@@ -291,9 +291,20 @@ int conf_server_set(struct conf_server *s, const char *key, const char *value,
 		s->backend_set = true;
 		return 0;
 	}
+	if (!strcmp(key, "poll-us")) {
+		if (parse_uint(value, 0, CONF_MAX_POLL_US, &n)) {
+			set_err(errbuf, errlen,
+				"%s=%s: expected microseconds 0..%u", key,
+				value, CONF_MAX_POLL_US);
+			return -EINVAL;
+		}
+		s->poll_us = n;
+		s->poll_us_set = true;
+		return 0;
+	}
 	set_err(errbuf, errlen,
 		"%s=%s: unknown key (server keys: listen, port, socket, "
-		"threads, backend)",
+		"threads, backend, poll-us)",
 		key, value);
 	return -ENOENT;
 }

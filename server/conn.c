@@ -1311,6 +1311,7 @@ static void conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct conn *c = container_of(w, struct conn, rio);
 
+	worker_poll_arrival(c->w);
 	if (c->state != CS_TRANSMISSION) {
 		handshake_read(c);
 		/* GO may have been followed by pipelined requests. */

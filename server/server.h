@@ -38,6 +38,7 @@
 #define SRV_MAX_INFLIGHT_BYTES (128u << 20) /* per connection */
 #define SRV_RBUF_BYTES (256u << 10) /* per worker */
 #define SRV_DIRECT_READ_MIN (64u << 10) /* recv payloads straight in */
+#define SRV_UNIX_SNDBUF (4 << 20) /* queued replies per unix socket */
 #define SRV_READ_CHUNKS 8 /* content chunks in one structured read */
 #define SRV_MAX_EXTENTS (1u << 20) /* descriptors in one block status */
 
@@ -57,6 +58,7 @@ struct server {
 	struct worker *workers;
 	unsigned int nr_workers;
 	enum ioq_backend backend;
+	double poll_max; /* seconds; 0 = never busy-poll */
 	atomic_bool stopping;
 };
 
@@ -91,11 +93,16 @@ struct worker {
 	struct conn *dirty; /* connections with replies to send */
 	bool stopping;
 	ev_timer grace; /* shutdown: drop clients that stop reading */
+	ev_idle poll;	/* busy-polls the loop until poll_until */
+	ev_tstamp poll_until, idle_since, poll_s;
 
 	uint8_t *rbuf;
 	struct buf_cache bufs;
 	struct nbd_req *free_reqs;
 };
+
+/* main.c */
+void worker_poll_arrival(struct worker *w);
 
 /* conn.c */
 void conn_accept(struct worker *w, int fd);

@@ -25,8 +25,12 @@ for be in $BACKENDS; do
     d=$tmp/$be
     mkdir -p "$d"
     members=("$d/m0" "$d/m1" "$d/m2")
-    start_bionbd -t 2 --backend "$be" --stripe-size $CHUNK --size $SIZE \
-        "${members[@]}"
+    # One backend sleeps between requests, the other busy-polls (the
+    # default): both paths must answer everything the same way.
+    poll=()
+    [[ $be == threads ]] && poll=(--poll-us 0)
+    start_bionbd -t 2 --backend "$be" "${poll[@]}" --stripe-size $CHUNK \
+        --size $SIZE "${members[@]}"
     MEMBERS="${members[*]}" CHUNK=$(to_bytes $CHUNK) SIZE=$(to_bytes $SIZE) \
         NBD_URI=$NBD_URI SEED=${SEED:-$RANDOM} \
         nbdpy "$SRC_DIR/tests/e2e/server-commands.py" rw ||

@@ -225,7 +225,16 @@ refuse 'a\.img' "$c/a.img" "$c/a.img"
 refuse 'size.*1000|1000' --size 1000 "$c/a.img"
 refuse 'io_uring_not' --backend io_uring_not "$c/a.img"
 refuse '-t' -t 0 "$c/a.img"
+refuse 'poll-us.*100001' --poll-us 100001 "$c/a.img"
+refuse 'poll-us.*-5' --poll-us -5 "$c/a.img"
 refuse 'exportname|-e|config' -c "$c/none.conf" -e foo
+conf poll <<'EOF'
+[server]
+    poll-us = soon
+[export one]
+    file = a.img
+EOF
+refuse 'poll\.conf:2.*poll-us=soon' -c "$c/poll.conf"
 conf missing <<'EOF'
 [export one]
     file = nope.img

@@ -96,7 +96,8 @@ static void test_good(void)
 		     "port = 10810\n"
 		     "socket = s.sock\n"
 		     "threads = 8\n"
-		     "backend = threads\n");
+		     "backend = threads\n"
+		     "poll-us = 50\n");
 	CHECK_EQ(c->nr_exports, 2);
 	CHECK(!strcmp(c->path, "t.conf"));
 
@@ -135,6 +136,8 @@ static void test_good(void)
 	CHECK_EQ(c->server.threads, 8);
 	CHECK(c->server.backend_set);
 	CHECK_EQ(c->server.backend, IOQ_THREADS);
+	CHECK(c->server.poll_us_set);
+	CHECK_EQ(c->server.poll_us, 50);
 
 	/* volume_open() arguments */
 	{
@@ -153,7 +156,8 @@ static void test_good(void)
 	c = parse_ok("[export x]\nfile: /m\nread-only = OFF\n");
 	CHECK(!c->has_server);
 	CHECK(!c->server.listen && !c->server.socket && !c->server.port &&
-	      !c->server.threads && !c->server.backend_set);
+	      !c->server.threads && !c->server.backend_set &&
+	      !c->server.poll_us_set);
 	CHECK(!c->exports[0].readonly);
 	conf_free(c);
 
@@ -300,6 +304,17 @@ static void test_setters(void)
 	CHECK_EQ(conf_server_set(&s, "threads", "1025", err, sizeof(err)),
 		 -EINVAL);
 	CHECK_EQ(conf_server_set(&s, "listen", "", err, sizeof(err)), -EINVAL);
+	CHECK_EQ(conf_server_set(&s, "poll-us", "0", err, sizeof(err)), 0);
+	CHECK(s.poll_us_set && s.poll_us == 0);
+	CHECK_EQ(conf_server_set(&s, "poll-us", "100000", err, sizeof(err)),
+		 0);
+	CHECK_EQ(s.poll_us, 100000);
+	CHECK_EQ(conf_server_set(&s, "poll-us", "100001", err, sizeof(err)),
+		 -EINVAL);
+	CHECK(strstr(err, "poll-us=100001"));
+	CHECK_EQ(conf_server_set(&s, "poll-us", "-1", err, sizeof(err)),
+		 -EINVAL);
+	CHECK_EQ(s.poll_us, 100000);
 	CHECK_EQ(conf_server_set(&s, "x", "y", err, sizeof(err)), -ENOENT);
 	conf_server_release(&s);
 

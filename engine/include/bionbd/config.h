@@ -48,6 +48,8 @@
 #define CONF_DEFAULT_LISTEN "127.0.0.1"
 #define CONF_DEFAULT_PORT 10809u
 #define CONF_MAX_THREADS 1024u
+#define CONF_DEFAULT_POLL_US 200u /* busy-poll window cap, microseconds */
+#define CONF_MAX_POLL_US 100000u
 /* The NBD protocol's limit for export names and descriptions. */
 #define CONF_MAX_NAME_BYTES 4096u
 
@@ -75,6 +77,8 @@ struct conf_server {
 	unsigned int threads;
 	enum ioq_backend backend;
 	bool backend_set;
+	unsigned int poll_us; /* busy-poll window cap; 0 = never poll */
+	bool poll_us_set;
 };
 
 struct conf {
@@ -152,7 +156,7 @@ void conf_server_release(struct conf_server *s);
 
 /**
  * conf_server_set - apply one [server] key ("listen", "port", "socket",
- *                   "threads", "backend"); same conventions as
+ *                   "threads", "backend", "poll-us"); same conventions as
  *                   conf_export_set.
  */
 int conf_server_set(struct conf_server *s, const char *key, const char *value,
