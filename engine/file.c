@@ -282,6 +282,17 @@ int file_do_sync(struct file_target *ft, struct bio *bio)
 
 /* ---- the target ---- */
 
+/* Do @bio now on this thread; it ends at the next ioq_reap. */
+static void file_inline(struct file_target *ft, struct ioq *q,
+			struct bio *bio)
+{
+	int r = file_do_sync(ft, bio);
+
+	if (r)
+		target_report_error(&ft->t, bio, r);
+	ioq_defer_end(q, bio, r);
+}
+
 static void file_submit(struct target *t, struct bio *bio)
 {
 	struct file_target *ft = to_file_target(t);
@@ -315,13 +326,90 @@ static void file_submit(struct target *t, struct bio *bio)
 		return;
 	}
 	if (ft->inline_io) {
-		r = file_do_sync(ft, bio);
-		if (r)
-			target_report_error(t, bio, r);
-		ioq_defer_end(q, bio, r);
+		if ((bio_op(bio) == REQ_OP_READ ||
+		     bio_op(bio) == REQ_OP_WRITE) &&
+		    blk_plug_add(t, bio))
+			return;
+		file_inline(ft, q, bio);
 		return;
 	}
 	q->ops->submit(q, ft, bio);
+}
+
+/* iovecs in one merged I/O: a run stops early rather than split a bio. */
+#define FILE_MERGE_IOV 64
+
+/*
+ * Append all of @bio's data to @iov (@room entries left).  Returns the
+ * entries used, or 0 when it does not fit whole.
+ */
+static unsigned int iov_add_bio(const struct bio *bio, struct iovec *iov,
+				unsigned int room, size_t *bytes)
+{
+	unsigned int n = bio_iter_to_iovec(bio, bio->bi_iter, iov, room);
+	size_t sum = 0;
+
+	for (unsigned int i = 0; i < n; i++)
+		sum += iov[i].iov_len;
+	if (sum != bio->bi_iter.bi_size)
+		return 0;
+	*bytes += sum;
+	return n;
+}
+
+/*
+ * Plugged reads and writes of a memory-backed member: runs of bios that
+ * follow each other on the file, same op and same FUA, go down as one
+ * preadv/pwritev2.  Anything short of complete success is redone bio by
+ * bio, which finds the error (and reports it with the right offset), the
+ * end of file or the EINTR; rewriting the same data is harmless.
+ */
+static void file_unplug(struct target *t, struct bio **bios, unsigned int nr)
+{
+	struct file_target *ft = to_file_target(t);
+	struct ioq *q = ioq_current();
+	struct iovec iov[FILE_MERGE_IOV];
+	unsigned int i = 0;
+
+	while (i < nr) {
+		struct bio *first = bios[i];
+		bool write = bio_op(first) == REQ_OP_WRITE;
+		unsigned int fua = first->bi_opf & REQ_FUA;
+		uint64_t off = bio_offset_bytes(first);
+		uint64_t next = off + first->bi_iter.bi_size;
+		size_t bytes = 0;
+		unsigned int cnt, j = i + 1;
+		ssize_t r;
+
+		cnt = iov_add_bio(first, iov, ARRAY_SIZE(iov), &bytes);
+		while (cnt && j < nr && bio_op(bios[j]) == bio_op(first) &&
+		       (bios[j]->bi_opf & REQ_FUA) == fua &&
+		       bio_offset_bytes(bios[j]) == next) {
+			unsigned int n = iov_add_bio(bios[j], iov + cnt,
+						     ARRAY_SIZE(iov) - cnt,
+						     &bytes);
+
+			if (!n)
+				break;
+			cnt += n;
+			next += bios[j]->bi_iter.bi_size;
+			j++;
+		}
+		if (j == i + 1) {
+			file_inline(ft, q, first);
+			i++;
+			continue;
+		}
+		r = write ? pwritev2(ft->fd, iov, (int)cnt, (off_t)off,
+				     fua ? RWF_DSYNC : 0) :
+			    preadv(ft->fd, iov, (int)cnt, (off_t)off);
+		for (; i < j; i++) {
+			if (r >= 0 && (size_t)r == bytes)
+				ioq_defer_end(q, bios[i], 0);
+			else
+				file_inline(ft, q, bios[i]);
+		}
+	}
 }
 
 static void file_destroy(struct target *t)
@@ -348,6 +436,7 @@ static bool memory_backed(int fd)
 static const struct target_ops file_target_ops = {
 	.submit = file_submit,
 	.destroy = file_destroy,
+	.unplug = file_unplug,
 };
 
 int file_target_open(struct target **out, const char *path,

@@ -59,11 +59,14 @@ static void stripe_submit(struct target *t, struct bio *bio)
 {
 	struct stripe_target *st = to_stripe(t);
 	struct stripe_piece p;
+	struct blk_plug plug;
 
 	if (bio_op(bio) == REQ_OP_FLUSH) {
 		stripe_flush(st, bio);
 		return;
 	}
+	/* Chunks k, k + N ... of this bio are neighbours on member k % N. */
+	blk_start_plug(&plug);
 	for (;;) {
 		struct bio *split;
 
@@ -72,18 +75,19 @@ static void stripe_submit(struct target *t, struct bio *bio)
 		if (p.length == bio->bi_iter.bi_size) {
 			bio->bi_iter.bi_sector = p.member_offset >> SECTOR_SHIFT;
 			submit_bio(st->members[p.member], bio);
-			return;
+			break;
 		}
 		split = bio_split(bio, (unsigned int)(p.length >> SECTOR_SHIFT));
 		if (unlikely(!split)) {
 			/* Pieces already sent still complete; then -ENOMEM. */
 			bio_io_error(bio, -ENOMEM);
-			return;
+			break;
 		}
 		bio_chain(split, bio);
 		split->bi_iter.bi_sector = p.member_offset >> SECTOR_SHIFT;
 		submit_bio(st->members[p.member], split);
 	}
+	blk_finish_plug(&plug);
 }
 
 static void stripe_destroy(struct target *t)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * target.c - submit_bio(), the one range check every target relies on, and
- * the error-report hook.
+ * target.c - submit_bio(), the one range check every target relies on, the
+ * error-report hook, and plugging.
  */
 #include <errno.h>
 
@@ -42,6 +42,64 @@ void submit_bio(struct target *t, struct bio *bio)
 		return;
 	}
 	t->ops->submit(t, bio);
+}
+
+static __thread struct blk_plug *current_plug;
+
+void blk_start_plug(struct blk_plug *plug)
+{
+	plug->nr = 0;
+	if (!current_plug)
+		current_plug = plug;
+}
+
+/* Hand every target its held bios, grouped per target, in order. */
+static void blk_flush_plug(struct blk_plug *plug)
+{
+	struct bio *bios[BLK_PLUG_MAX];
+	unsigned int nr = plug->nr;
+
+	plug->nr = 0;
+	for (unsigned int i = 0; i < nr; i++) {
+		struct target *t = plug->ent[i].t;
+		unsigned int n = 0;
+
+		if (!t)
+			continue;
+		for (unsigned int j = i; j < nr; j++) {
+			if (plug->ent[j].t != t)
+				continue;
+			bios[n++] = plug->ent[j].bio;
+			plug->ent[j].t = NULL;
+		}
+		t->ops->unplug(t, bios, n);
+	}
+}
+
+void blk_finish_plug(struct blk_plug *plug)
+{
+	if (current_plug != plug)
+		return; /* an inner plug: the outer one issues */
+	/* Detached first: nothing the targets do now may be held back. */
+	current_plug = NULL;
+	blk_flush_plug(plug);
+}
+
+bool blk_plug_add(struct target *t, struct bio *bio)
+{
+	struct blk_plug *plug = current_plug;
+
+	if (!plug)
+		return false;
+	if (plug->nr == BLK_PLUG_MAX) {
+		current_plug = NULL;
+		blk_flush_plug(plug);
+		current_plug = plug;
+	}
+	plug->ent[plug->nr].t = t;
+	plug->ent[plug->nr].bio = bio;
+	plug->nr++;
+	return true;
 }
 
 void target_destroy(struct target *t)

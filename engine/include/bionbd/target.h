@@ -33,6 +33,12 @@ struct target_ops {
 	void (*submit)(struct target *t, struct bio *bio);
 	/* Required.  Free the target (and, for stacked ones, what they own). */
 	void (*destroy)(struct target *t);
+	/*
+	 * Optional.  Start the @nr bios a plug held back for @t (see
+	 * blk_start_plug), in the order they were submitted; neighbours may
+	 * go down as one I/O.  Only targets that call blk_plug_add need it.
+	 */
+	void (*unplug)(struct target *t, struct bio **bios, unsigned int nr);
 };
 
 struct target {
@@ -52,6 +58,35 @@ struct target {
  * ioq (ioq_set_current).
  */
 void submit_bio(struct target *t, struct bio *bio);
+
+/*
+ * Plugging, after the kernel's blk_start_plug()/blk_finish_plug(): while a
+ * plug is active on a thread, targets that can merge (files done inline,
+ * see ioq.h) hold back the reads and writes submitted to them, and
+ * blk_finish_plug() hands each target its share at once.  The stripe target
+ * plugs around its split loop, so the pieces of one big bio that lie back
+ * to back on a member (chunks k, k + N, k + 2N ...) cost one system call
+ * instead of one each.  Plugs do not nest: an inner start is a no-op and
+ * the outermost finish issues everything.  A plug lives on the stack of
+ * one function and never outlives it.
+ */
+#define BLK_PLUG_MAX 32
+
+struct blk_plug {
+	unsigned int nr;
+	struct {
+		struct target *t;
+		struct bio *bio;
+	} ent[BLK_PLUG_MAX];
+};
+
+void blk_start_plug(struct blk_plug *plug);
+void blk_finish_plug(struct blk_plug *plug);
+/*
+ * For targets' submit: hold @bio for @t (which must have ->unplug) in the
+ * thread's active plug.  False when there is none: submit it now.
+ */
+bool blk_plug_add(struct target *t, struct bio *bio);
 
 /** target_destroy - free a target and everything below it. */
 void target_destroy(struct target *t);
