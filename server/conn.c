@@ -122,6 +122,7 @@ struct conn {
 	uint8_t hdr[NBD_REQUEST_BYTES];
 	unsigned int hdr_have;
 	struct nbd_req *rx; /* receiving a write payload */
+	bool big_writes; /* last request was a big write: read headers alone */
 	uint8_t *pend; /* unparsed bytes while paused */
 	size_t pend_len, pend_off;
 	unsigned int inflight;
@@ -1147,6 +1148,8 @@ static bool tx_header(struct conn *c, const uint8_t *h)
 	r->offset = get64(h + 16);
 	r->len = get32(h + 24);
 	r->err = req_check(c, r);
+	c->big_writes = r->type == NBD_CMD_WRITE &&
+			r->len >= SRV_DIRECT_READ_MIN;
 
 	if (r->type == NBD_CMD_WRITE) {
 		if (r->len > SRV_MAX_PAYLOAD) {
@@ -1257,10 +1260,20 @@ static void tx_read(struct conn *c)
 				continue;
 			}
 		} else {
-			n = recv(c->fd, w->rbuf, SRV_RBUF_BYTES, 0);
+			/*
+			 * While big writes stream in, a batch read would pull
+			 * the next payload's first 256 KiB through rbuf and
+			 * cost a second copy of it; read the header alone so
+			 * the payload lands in its buffer directly.
+			 */
+			size_t want = c->big_writes && !r ?
+					      NBD_REQUEST_BYTES - c->hdr_have :
+					      SRV_RBUF_BYTES;
+
+			n = recv(c->fd, w->rbuf, want, 0);
 			if (n > 0) {
 				tx_parse(c, w->rbuf, (size_t)n);
-				if ((size_t)n < SRV_RBUF_BYTES)
+				if ((size_t)n < want)
 					return; /* drained; wait for more */
 				continue;
 			}
