@@ -7,7 +7,8 @@
 # and the machine description, no row says MISSING or FAILED for servers
 # that exist, and the harness left no server or scratch directory behind.
 # A second run with an empty build tree must name the missing peers (and
-# exit 3) instead of dropping their rows.
+# exit 3) instead of dropping their rows.  The qemu-img bench client rows
+# give figures too.
 source "$(dirname "$0")/functions.sh"
 
 requires fio
@@ -172,6 +173,28 @@ if bad:
 EOF
 if command -v gnuplot >/dev/null; then
     [[ -s $out/cpu-per-request.png ]] || die "no cpu-per-request.png"
+fi
+
+# ------------------------------------------------------------ qemu-img bench
+
+if command -v qemu-img >/dev/null; then
+    log "the qemu-img bench client: a write row with figures"
+    out=$tmp/run3
+    bench_run "$out" 0 --servers bionbd,nbdkit-file \
+        --workloads qemu-write4k-qd32 --rounds 1 --runtime 0.2
+    no_leftovers "$out"
+    expect_grep '^\| qemu-write4k-qd32 \| [0-9.]+k? \([0-9.]+×\) \| [0-9.]+k? \|' \
+        "$out/latest.md"
+    "$PY" -c '
+import json, sys
+js = json.load(open(sys.argv[1]))
+runs = js["runs"]
+assert len(runs) == 2, runs
+for r in runs:
+    assert r["error"] is None, r
+    assert r["iops"] > 0 and r["total_ios"] >= 2000, r
+    assert r["server_cpu_us_per_req"] > 0 and r["lat_mean_us"] > 0, r
+' "$out/latest.json" || die "qemu-img bench runs are malformed"
 fi
 
 # ------------------------------------------------------------ a missing peer
