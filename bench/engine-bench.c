@@ -43,9 +43,11 @@
 #include <ev.h>
 
 #include <bionbd/bio.h>
+#include <bionbd/config.h>
 #include <bionbd/ioq.h>
 #include <bionbd/ioq_ev.h>
 #include <bionbd/target.h>
+#include <bionbd/volume.h>
 
 #define MAX_THREADS 1024u
 #define MAX_QD 65536u

@@ -18,6 +18,7 @@
 #include <bionbd/bio.h>
 #include <bionbd/ioq.h>
 #include <bionbd/target.h>
+#include <bionbd/volume.h>
 
 #define container_of(ptr, type, member)                                        \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -49,8 +50,8 @@ static inline struct file_target *to_file_target(struct target *t)
 enum zero_step {
 	ZS_PUNCH, /* FALLOC_FL_PUNCH_HOLE | KEEP_SIZE */
 	ZS_ZERO_RANGE, /* FALLOC_FL_ZERO_RANGE | KEEP_SIZE */
-	ZS_PUNCH_THEN_ALLOC, /* punch, then fallocate(0) over the range */
-	ZS_ALLOC, /* second half of the above */
+	ZS_PUNCH_THEN_ALLOC, /* punch, then allocate the range again */
+	ZS_ALLOC, /* second half: fallocate(FALLOC_FL_KEEP_SIZE) */
 	ZS_WRITE, /* pwrite from the zero buffer */
 	ZS_FAIL, /* -EOPNOTSUPP: fast zero not possible */
 	ZS_DONE, /* nothing more to do (advisory discard) */
@@ -60,6 +61,8 @@ enum zero_step {
 enum zero_step zero_first_step(const struct bio *bio);
 /* Next step after @step failed with -EOPNOTSUPP. */
 enum zero_step zero_next_step(const struct bio *bio, enum zero_step step);
+/* True when fallocate's -errno means "this mode is not supported here". */
+bool zero_unsupported(int err);
 /* fallocate mode for a fallocate step. */
 int zero_step_mode(enum zero_step step);
 
@@ -78,9 +81,8 @@ void bio_iter_zero(const struct bio *bio, struct bvec_iter iter);
 unsigned int bio_iter_to_iovec(const struct bio *bio, struct bvec_iter iter,
 			       struct iovec *iov, unsigned int max);
 
-/* Report a failed I/O through the front end's hook (target.c). */
-void target_report_error(const struct target *t, const struct bio *bio,
-			 int err);
+/* ---- fileio.c: file I/O shared by the file target and the backends ---- */
+
 
 /* Allocation extents of [off, off+len) of a file target into bio->bi_ext. */
 int file_extents(struct file_target *ft, struct bio *bio);
@@ -110,6 +112,7 @@ struct ioq {
 	struct bio *done_head, **done_tail;
 	/* Eventfd to poke when done_head fills, or -1; set by the backend. */
 	int done_efd;
+	bool inline_wakeup; /* see ioq_set_inline_wakeup */
 };
 
 /* End @bio with @err at the next reap; called from submit paths. */

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * ioq.c - the backend-independent half of an I/O queue: the current queue
- * of a thread, dispatch to the backend, and submit_bio_wait().
+ * of a thread, dispatch to the backend, and the bios done inline.
  */
 #include <errno.h>
 #include <string.h>
@@ -63,11 +63,6 @@ struct ioq *ioq_current(void)
 	return current_ioq;
 }
 
-enum ioq_backend ioq_backend_of(const struct ioq *q)
-{
-	return q->backend;
-}
-
 unsigned int ioq_inflight(const struct ioq *q)
 {
 	return q->inflight;
@@ -87,6 +82,12 @@ void ioq_init(struct ioq *q, const struct ioq_ops *ops,
 	q->done_head = NULL;
 	q->done_tail = &q->done_head;
 	q->done_efd = -1;
+	q->inline_wakeup = true;
+}
+
+void ioq_set_inline_wakeup(struct ioq *q, bool on)
+{
+	q->inline_wakeup = on;
 }
 
 void ioq_defer_end(struct ioq *q, struct bio *bio, int err)
@@ -98,7 +99,7 @@ void ioq_defer_end(struct ioq *q, struct bio *bio, int err)
 		bio->bi_status = err;
 	bio->bi_next = NULL;
 	/* A poller of ioq_event_fd must wake for these too. */
-	if (!q->done_head && q->done_efd >= 0)
+	if (!q->done_head && q->done_efd >= 0 && q->inline_wakeup)
 		(void)!write(q->done_efd, &one, sizeof(one));
 	*q->done_tail = bio;
 	q->done_tail = &bio->bi_next;
@@ -152,36 +153,4 @@ int ioq_wait(struct ioq *q)
 int ioq_event_fd(struct ioq *q)
 {
 	return q->ops->event_fd(q);
-}
-
-static void submit_wait_endio(struct bio *bio)
-{
-	*(bool *)bio->bi_private = true;
-}
-
-int submit_bio_wait(struct target *t, struct bio *bio)
-{
-	struct ioq *q = ioq_current();
-	bio_end_io_t *end_io = bio->bi_end_io;
-	void *private = bio->bi_private;
-	bool done = false;
-	int r;
-
-	if (!q)
-		return -ENXIO;
-	bio->bi_private = &done;
-	bio->bi_end_io = submit_wait_endio;
-	submit_bio(t, bio);
-	while (!done) {
-		r = ioq_wait(q);
-		/*
-		 * The bio is in flight and owns the caller's buffers: there is
-		 * no returning before it ends, so a failing wait is retried.
-		 */
-		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
-			ioq_reap(q);
-	}
-	bio->bi_end_io = end_io;
-	bio->bi_private = private;
-	return bio->bi_status;
 }

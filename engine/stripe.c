@@ -28,12 +28,23 @@ static inline struct stripe_target *to_stripe(struct target *t)
 int stripe_geom_init(struct stripe_geom *g, unsigned int nr_members,
 		     uint64_t chunk_bytes)
 {
-	if (!nr_members || chunk_bytes < STRIPE_MIN_CHUNK ||
-	    chunk_bytes > STRIPE_MAX_CHUNK || (chunk_bytes & (chunk_bytes - 1)))
+	if (!nr_members || !stripe_chunk_valid(chunk_bytes))
 		return -EINVAL;
 	g->nr_members = nr_members;
 	g->chunk_bytes = (uint32_t)chunk_bytes;
 	g->chunk_shift = (unsigned int)__builtin_ctzll(chunk_bytes);
+	return 0;
+}
+
+int stripe_member_bytes(const struct stripe_geom *g, uint64_t size_bytes,
+			uint64_t *out)
+{
+	uint64_t stripe_bytes = (uint64_t)g->nr_members << g->chunk_shift;
+	uint64_t chunks = size_bytes / stripe_bytes + !!(size_bytes % stripe_bytes);
+
+	if (chunks > ((uint64_t)INT64_MAX >> g->chunk_shift))
+		return -EFBIG;
+	*out = chunks << g->chunk_shift;
 	return 0;
 }
 
@@ -126,12 +137,8 @@ int stripe_target_create(struct target **out, struct target **members,
 		if (!size_bytes)
 			return -EINVAL;
 	} else {
-		if (size_bytes & (SECTOR_SIZE - 1))
-			return -EINVAL;
-		/* Each member holds ceil(size / stripe) chunks at most. */
-		need = (size_bytes / stripe_bytes +
-			!!(size_bytes % stripe_bytes)) << g.chunk_shift;
-		if (min < need)
+		if (size_bytes & (SECTOR_SIZE - 1) ||
+		    stripe_member_bytes(&g, size_bytes, &need) || min < need)
 			return -EINVAL;
 	}
 
@@ -145,7 +152,6 @@ int stripe_target_create(struct target **out, struct target **members,
 	}
 	st->t.ops = &stripe_target_ops;
 	st->t.size_bytes = size_bytes;
-	st->t.opt_io_bytes = g.chunk_bytes;
 	st->g = g;
 	memcpy(st->members, members, nr * sizeof(members[0]));
 	*out = &st->t;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * target.c - submit_bio(), the one range check every target relies on, the
- * error-report hook, and plugging.
+ * target.c - submit_bio() with the one range check every target relies on,
+ * submit_bio_wait(), the error-report hook, and plugging.
  */
 #include <errno.h>
 
@@ -42,6 +42,38 @@ void submit_bio(struct target *t, struct bio *bio)
 		return;
 	}
 	t->ops->submit(t, bio);
+}
+
+static void submit_wait_endio(struct bio *bio)
+{
+	*(bool *)bio->bi_private = true;
+}
+
+int submit_bio_wait(struct target *t, struct bio *bio)
+{
+	struct ioq *q = ioq_current();
+	bio_end_io_t *end_io = bio->bi_end_io;
+	void *private = bio->bi_private;
+	bool done = false;
+	int r;
+
+	if (!q)
+		return -ENXIO;
+	bio->bi_private = &done;
+	bio->bi_end_io = submit_wait_endio;
+	submit_bio(t, bio);
+	while (!done) {
+		r = ioq_wait(q);
+		/*
+		 * The bio is in flight and owns the caller's buffers: there is
+		 * no returning before it ends, so a failing wait is retried.
+		 */
+		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
+			ioq_reap(q);
+	}
+	bio->bi_end_io = end_io;
+	bio->bi_private = private;
+	return bio->bi_status;
 }
 
 static __thread struct blk_plug *current_plug;

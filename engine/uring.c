@@ -62,12 +62,6 @@ static void rq_put(struct uring_ioq *uq, struct uring_rq *rq)
 	uq->free_rqs = rq;
 }
 
-static bool zero_unsupported(int err)
-{
-	return err == -EOPNOTSUPP || err == -ENOTTY || err == -EINVAL ||
-	       err == -ENODEV;
-}
-
 static void rq_prep(struct io_uring_sqe *sqe, struct uring_rq *rq)
 {
 	struct bio *bio = rq->bio;

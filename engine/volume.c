@@ -174,7 +174,7 @@ static int volume_plan(const struct volume_config *cfg,
 					    STRIPE_DEFAULT_CHUNK;
 	struct member_check *m;
 	struct stripe_geom g;
-	uint64_t need = 0, stripe_bytes;
+	uint64_t need = 0;
 	int r;
 
 	if (errbuf && errlen)
@@ -185,15 +185,12 @@ static int volume_plan(const struct volume_config *cfg,
 		return verr(errbuf, errlen, -EINVAL,
 			    "stripe-size %llu: must be a power of two from 4K to 1G",
 			    (unsigned long long)chunk);
-	stripe_bytes = (uint64_t)n * chunk;
 	if (cfg->size_bytes) {
 		if (cfg->size_bytes % SECTOR_SIZE)
 			return verr(errbuf, errlen, -EINVAL,
 				    "size %llu: must be a multiple of 512",
 				    (unsigned long long)cfg->size_bytes);
-		need = (cfg->size_bytes / stripe_bytes +
-			!!(cfg->size_bytes % stripe_bytes)) * chunk;
-		if (need > (uint64_t)INT64_MAX)
+		if (stripe_member_bytes(&g, cfg->size_bytes, &need))
 			return verr(errbuf, errlen, -EFBIG,
 				    "size %llu: too large for the members",
 				    (unsigned long long)cfg->size_bytes);

@@ -49,6 +49,7 @@
 #include <bionbd/config.h>
 #include <bionbd/ioq.h>
 #include <bionbd/target.h>
+#include <bionbd/volume.h>
 
 #ifndef BIONBD_VERSION
 #define BIONBD_VERSION "unknown"

@@ -23,7 +23,7 @@
 #include <bionbd/ioq_ev.h>
 #include <bionbd/target.h>
 
-#include "nbd-proto.h"
+#include <bionbd/nbd-proto.h>
 
 #define container_of(ptr, type, member)                                        \
 	((type *)((char *)(ptr) - offsetof(type, member)))

@@ -23,8 +23,10 @@
 #include <sys/wait.h>
 
 #include <bionbd/bio.h>
+#include <bionbd/config.h>
 #include <bionbd/ioq.h>
 #include <bionbd/target.h>
+#include <bionbd/volume.h>
 
 #define BUF_ALIGN 4096u
 /* bi_size is 32 bits; keep a whole number of sectors. */

@@ -31,6 +31,7 @@
 #include <bionbd/ioq.h>
 #include <bionbd/target.h>
 
+#include "errtarget.h"
 #include "unit.h"
 
 #define NR 4
@@ -125,7 +126,6 @@ static struct spy *spy_create(struct target *below)
 	s->t.ops = &spy_ops;
 	s->t.name = strdup(below->name);
 	s->t.size_bytes = below->size_bytes;
-	s->t.opt_io_bytes = below->opt_io_bytes;
 	s->below = below;
 	return s;
 }

@@ -51,6 +51,7 @@
 #include <bionbd/bio.h>
 #include <bionbd/ioq.h>
 #include <bionbd/target.h>
+#include <bionbd/volume.h>
 
 #define KiB 1024u
 #define MiB (1024u * 1024u)

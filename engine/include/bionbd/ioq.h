@@ -27,7 +27,8 @@
  *  - an event loop watches ioq_event_fd() and calls ioq_reap() (ioq_ev.h
  *    does this for libev);
  *  - a thread that has nothing else to do (an nbdkit worker) calls
- *    submit_bio_wait(), which submits and blocks in its own ring.  This was
+ *    submit_bio_wait() (target.h), which submits and blocks in its own
+ *    ring.  This was
  *    chosen over handing bios to one engine thread running a libev loop
  *    because it costs no thread hop and no wake-up in either direction:
  *    bench/engine-bench --mode sync vs --mode hop measured 2.6-3.4x the
@@ -56,8 +57,9 @@ const char *ioq_backend_name(enum ioq_backend b);
 /**
  * ioq_create - make an I/O queue for the calling thread
  * @backend: IOQ_IO_URING or IOQ_THREADS
- * @depth: ring entries (rounded up to a power of two; 0 = 256).  More bios
- *         than that may be in flight; extra SQEs wait in userspace.
+ * @depth: ring entries (0 = 256; io_uring rounds up to a power of two and
+ *         caps it at 4096).  More bios than that may be in flight; extra
+ *         SQEs wait in userspace.
  *
  * Returns 0 or -errno; -ENOSYS/-EPERM when io_uring is not available.
  */
@@ -69,9 +71,6 @@ void ioq_destroy(struct ioq *q);
 /** ioq_set_current - make @q the queue this thread's submissions use. */
 void ioq_set_current(struct ioq *q);
 struct ioq *ioq_current(void);
-
-/** ioq_backend_of - which backend @q runs. */
-enum ioq_backend ioq_backend_of(const struct ioq *q);
 
 /** ioq_inflight - backend operations started and not yet reaped. */
 unsigned int ioq_inflight(const struct ioq *q);
@@ -103,18 +102,17 @@ bool ioq_has_ready(const struct ioq *q);
 int ioq_wait(struct ioq *q);
 
 /**
+ * ioq_set_inline_wakeup - whether bios done inline make ioq_event_fd()
+ * readable (default on).  A loop that runs ioq_reap() before every block
+ * (ioq_ev.h) turns it off and saves two system calls a batch.
+ */
+void ioq_set_inline_wakeup(struct ioq *q, bool on);
+
+/**
  * ioq_event_fd - an eventfd that becomes readable when ioq_reap has work
  * The caller must not read it; ioq_reap drains it.  Returns the fd or -errno.
  */
 int ioq_event_fd(struct ioq *q);
-
-/**
- * submit_bio_wait - submit @bio to @t and wait for it on the current ioq
- *
- * Takes over @bio's end_io and private for the duration.  Other bios on the
- * same ioq keep completing meanwhile.  Returns the bio's status (0/-errno).
- */
-int submit_bio_wait(struct target *t, struct bio *bio);
 
 /**
  * ioq_pool_set_threads - size of the shared thread-pool backend (before the

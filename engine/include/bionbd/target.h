@@ -3,10 +3,9 @@
  * target.h - stackable "block devices" that bios are submitted to.
  *
  * A target is a small ops table plus its size.  The stripe target's members
- * are targets too, so a file, an error-injecting target or a later remote
- * target slot in under it without the stripe code knowing.  volume_open() is
- * what front ends call: it validates a whole volume definition before it
- * creates or opens anything.
+ * are targets too, so a file, a fault-injecting target (tests/support) or a
+ * later remote target slot in under it without the stripe code knowing.
+ * Front ends do not assemble targets themselves: volume.h does that.
  */
 #ifndef BIONBD_TARGET_H
 #define BIONBD_TARGET_H
@@ -45,8 +44,6 @@ struct target {
 	const struct target_ops *ops;
 	char *name; /* for messages: a path, or "stripe" */
 	uint64_t size_bytes;
-	/* Largest piece worth sending in one go, 0 = no preference. */
-	uint32_t opt_io_bytes;
 };
 
 /**
@@ -58,6 +55,14 @@ struct target {
  * ioq (ioq_set_current).
  */
 void submit_bio(struct target *t, struct bio *bio);
+
+/**
+ * submit_bio_wait - submit @bio to @t and wait for it on the current ioq
+ *
+ * Takes over @bio's end_io and private for the duration.  Other bios on the
+ * same ioq keep completing meanwhile.  Returns the bio's status (0/-errno).
+ */
+int submit_bio_wait(struct target *t, struct bio *bio);
 
 /*
  * Plugging, after the kernel's blk_start_plug()/blk_finish_plug(): while a
@@ -101,6 +106,13 @@ typedef void target_error_fn(const struct target *t, enum req_op op,
 			     uint64_t offset, uint64_t length, int err);
 void target_set_error_reporter(target_error_fn *fn);
 
+/*
+ * For targets: report that @bio failed with @err through that hook.  The
+ * target at the bottom that saw the error calls it, once.
+ */
+void target_report_error(const struct target *t, const struct bio *bio,
+			 int err);
+
 /* -------- file target -------- */
 
 struct file_target_opts {
@@ -136,9 +148,28 @@ struct stripe_piece {
 #define STRIPE_DEFAULT_CHUNK 65536u
 #define STRIPE_MAX_CHUNK (1u << 30)
 
+/**
+ * stripe_chunk_valid - the one chunk rule: a power of two from
+ * STRIPE_MIN_CHUNK to STRIPE_MAX_CHUNK.
+ */
+static inline bool stripe_chunk_valid(uint64_t chunk_bytes)
+{
+	return chunk_bytes >= STRIPE_MIN_CHUNK &&
+	       chunk_bytes <= STRIPE_MAX_CHUNK &&
+	       !(chunk_bytes & (chunk_bytes - 1));
+}
+
 /** stripe_geom_init - validate and precompute; returns 0 or -EINVAL. */
 int stripe_geom_init(struct stripe_geom *g, unsigned int nr_members,
 		     uint64_t chunk_bytes);
+
+/**
+ * stripe_member_bytes - the one per-member size rule: the bytes each member
+ * must hold for a volume of @size_bytes (whole chunks: ceil(size / (N x C))
+ * of them).  Returns 0 or -EFBIG when that does not fit in an off_t.
+ */
+int stripe_member_bytes(const struct stripe_geom *g, uint64_t size_bytes,
+			uint64_t *out);
 
 /**
  * stripe_map - the one place that maps a volume offset to a member
@@ -174,65 +205,5 @@ static inline void stripe_map(const struct stripe_geom *g, uint64_t offset,
 int stripe_target_create(struct target **out, struct target **members,
 			 unsigned int nr, uint64_t chunk_bytes,
 			 uint64_t size_bytes);
-
-/* -------- error-injecting target -------- */
-
-struct error_rule {
-	int op; /* enum req_op, or -1 for any op */
-	uint64_t offset; /* bytes; rule matches bios overlapping the range */
-	uint64_t length; /* 0 = to the end */
-	int error; /* -errno to complete matching bios with */
-	unsigned int skip; /* let this many matching bios through first */
-	unsigned int count; /* then fail this many; 0 = all */
-};
-
-/**
- * error_target_create - pass bios to @below, failing those a rule matches
- * Owns @below on success.  Returns 0 or -ENOMEM.
- */
-int error_target_create(struct target **out, struct target *below);
-
-/** error_target_add_rule - returns 0, -EINVAL or -ENOMEM. */
-int error_target_add_rule(struct target *t, const struct error_rule *rule);
-
-/** error_target_clear - drop every rule. */
-void error_target_clear(struct target *t);
-
-/* -------- volumes: what a front end opens -------- */
-
-struct volume_config {
-	const char *const *members; /* paths, in member order */
-	unsigned int nr_members;
-	uint64_t chunk_bytes; /* 0 = STRIPE_DEFAULT_CHUNK */
-	uint64_t size_bytes; /* 0 = from the members; else create/extend */
-	bool readonly;
-	bool direct;
-	bool no_inline; /* file_target_opts.no_inline for every member */
-};
-
-/**
- * volume_open - check a volume definition, then create/extend and open it
- * @errbuf: receives a one-line message naming the problem on failure
- *
- * Everything is validated (chunk, member count, duplicates, file types,
- * sizes) before any file is created or extended; files are never truncated.
- * Returns 0 or -errno.
- */
-int volume_open(struct target **out, const struct volume_config *cfg,
-		char *errbuf, size_t errlen);
-
-/**
- * volume_check - every check volume_open makes, without creating, extending
- * or opening anything; front ends with several exports check them all
- * before opening the first.  Returns 0 or -errno with a message.
- */
-int volume_check(const struct volume_config *cfg, char *errbuf,
-		 size_t errlen);
-
-/**
- * parse_size - "4096", "64K", "1M", "4G", "1T" (binary units) to bytes
- * Returns 0 or -EINVAL (empty, junk, overflow).
- */
-int parse_size(const char *s, uint64_t *out);
 
 #endif /* BIONBD_TARGET_H */

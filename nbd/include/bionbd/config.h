@@ -44,6 +44,7 @@
 
 #include <bionbd/ioq.h>
 #include <bionbd/target.h>
+#include <bionbd/volume.h>
 
 #define CONF_DEFAULT_LISTEN "127.0.0.1"
 #define CONF_DEFAULT_PORT 10809u
@@ -174,5 +175,11 @@ int conf_parse_bool(const char *s, bool *out);
  * with "why" in @errbuf (without the key).
  */
 int conf_parse_chunk(const char *s, uint64_t *out, char *errbuf, size_t errlen);
+
+/**
+ * parse_size - "4096", "64K", "1M", "4G", "1T" (binary units) to bytes
+ * Returns 0 or -EINVAL (empty, junk, overflow).
+ */
+int parse_size(const char *s, uint64_t *out);
 
 #endif /* BIONBD_CONFIG_H */

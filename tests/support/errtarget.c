@@ -5,11 +5,17 @@
  * two members failing with different errors, a failing flush).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include <bionbd/bio.h>
+
+#include "errtarget.h"
+
+#define container_of(ptr, type, member)                                        \
+	((type *)((char *)(ptr) - offsetof(type, member)))
 
 struct err_rule_state {
 	struct error_rule r;
@@ -107,7 +113,6 @@ int error_target_create(struct target **out, struct target *below)
 	}
 	et->t.ops = &error_target_ops;
 	et->t.size_bytes = below->size_bytes;
-	et->t.opt_io_bytes = below->opt_io_bytes;
 	et->below = below;
 	pthread_mutex_init(&et->lock, NULL);
 	*out = &et->t;

@@ -1,12 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
  * ioq_ev.c - libev watchers that flush and reap an ioq on its loop's thread.
+ *
+ * A library of its own (bionbd_ev), so that only front ends with a libev
+ * loop link libev: the engine has no event loop, and the nbdkit plugin's
+ * threads wait in their rings instead.
  */
+#include <stddef.h>
 #include <unistd.h>
 
-#include "internal.h"
-
 #include <bionbd/ioq_ev.h>
+
+#define container_of(ptr, type, member)                                        \
+	((type *)((char *)(ptr) - offsetof(type, member)))
 
 static void ioq_ev_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 {
@@ -62,7 +68,7 @@ int ioq_ev_start(struct ioq_ev *w, struct ioq *q, struct ev_loop *loop)
 	 * loop blocks, so they need not poke the eventfd (two syscalls a
 	 * batch).
 	 */
-	q->done_efd = -1;
+	ioq_set_inline_wakeup(q, false);
 	ev_prepare_init(&w->prepare, ioq_ev_prepare_cb);
 	ev_io_init(&w->io, ioq_ev_io_cb, fd, EV_READ);
 	ev_idle_init(&w->idle, ioq_ev_idle_cb);

@@ -65,7 +65,7 @@ int conf_parse_chunk(const char *s, uint64_t *out, char *errbuf, size_t errlen)
 		set_err(errbuf, errlen, "not a size (e.g. 64K, 1M)");
 		return -EINVAL;
 	}
-	if (v & (v - 1) || v < STRIPE_MIN_CHUNK || v > STRIPE_MAX_CHUNK) {
+	if (!stripe_chunk_valid(v)) {
 		set_err(errbuf, errlen,
 			"stripe size must be a power of two from %uK to %uG",
 			STRIPE_MIN_CHUNK >> 10, STRIPE_MAX_CHUNK >> 30);

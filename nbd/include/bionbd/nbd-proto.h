@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * nbd-proto.h - NBD protocol constants and wire layouts (fixed newstyle).
+ * nbd-proto.h - NBD protocol constants (fixed newstyle).
  *
- * Values are the protocol's (doc/proto.md of the NBD project); all wire
- * integers are big-endian.  Only what bionbd speaks is listed.
+ * Values are the protocol's (doc/proto.md of the NBD project).  Only what
+ * bionbd speaks is listed.  The byte layouts of the messages on the wire
+ * are the native server's business: server/wire.h.
  */
 #ifndef BIONBD_NBD_PROTO_H
 #define BIONBD_NBD_PROTO_H

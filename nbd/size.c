@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include <bionbd/config.h>
 
 int parse_size(const char *s, uint64_t *out)
 {

@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: MIT
+/*
+ * export.c - exports: check every definition, then open them all; flush
+ * and close; look up by name.  And the layer's logging, with the policy for
+ * member errors that the engine reports through its hook.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <bionbd/nbdl.h>
+#include <bionbd/volume.h>
+
+/* ---- messages ---- */
+
+static nbdl_log_fn *logger;
+
+static void log_stderr(enum nbdl_level level, const char *fmt, va_list ap)
+{
+	if (level == NBDL_DEBUG)
+		return;
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+void nbdl_log(enum nbdl_level level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	(logger ? logger : log_stderr)(level, fmt, ap);
+	va_end(ap);
+}
+
+static void member_error(const struct target *t, enum req_op op,
+			 uint64_t offset, uint64_t length, int err)
+{
+	/* A refused fast zero is an answer, not a failure. */
+	enum nbdl_level level =
+		op == REQ_OP_WRITE_ZEROES && err == -EOPNOTSUPP ? NBDL_DEBUG :
+								  NBDL_ERROR;
+
+	nbdl_log(level,
+		 "member %s: %s at offset %" PRIu64 " length %" PRIu64 ": %s",
+		 t->name, nbdl_op_name(op), offset, length, strerror(-err));
+}
+
+void nbdl_set_logger(nbdl_log_fn *fn)
+{
+	logger = fn;
+	target_set_error_reporter(member_error);
+}
+
+/* ---- exports ---- */
+
+static void export_errmsg(char *errbuf, size_t errlen, const char *conf_path,
+			  const struct conf_export *d, const char *msg)
+{
+	if (conf_path)
+		snprintf(errbuf, errlen, "%s:%u: [export %s] %s", conf_path,
+			 d->line, d->name, msg);
+	else
+		snprintf(errbuf, errlen, "%s", msg);
+}
+
+static void export_release(struct nbdl_export *x)
+{
+	target_destroy(x->vol);
+	free(x->name);
+	free(x->description);
+	pthread_mutex_destroy(&x->rmw_lock);
+}
+
+int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
+		      unsigned int nr, bool readonly, const char *conf_path,
+		      char *errbuf, size_t errlen)
+{
+	struct nbdl_export *v;
+	struct volume_config vc;
+	char msg[1024];
+	unsigned int i, opened = 0;
+	int r = 0;
+
+	if (!nr) {
+		snprintf(errbuf, errlen, "no export to serve");
+		return -EINVAL;
+	}
+	/* Every export must pass before any of them creates a member. */
+	for (i = 0; i < nr; i++) {
+		conf_export_volume(&defs[i], &vc);
+		vc.readonly |= readonly;
+		r = volume_check(&vc, msg, sizeof(msg));
+		if (r) {
+			export_errmsg(errbuf, errlen, conf_path, &defs[i], msg);
+			return r;
+		}
+	}
+	v = calloc(nr, sizeof(*v));
+	if (!v) {
+		snprintf(errbuf, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (i = 0; i < nr; i++, opened++) {
+		const struct conf_export *d = &defs[i];
+		struct nbdl_export *x = &v[i];
+
+		conf_export_volume(d, &vc);
+		vc.readonly |= readonly;
+		r = volume_open(&x->vol, &vc, msg, sizeof(msg));
+		if (r) {
+			export_errmsg(errbuf, errlen, conf_path, d, msg);
+			goto err;
+		}
+		pthread_mutex_init(&x->rmw_lock, NULL);
+		x->size_bytes = x->vol->size_bytes;
+		x->readonly = vc.readonly;
+		x->name = strdup(d->name);
+		x->description = d->description ? strdup(d->description) : NULL;
+		if (!x->name || (d->description && !x->description)) {
+			opened++; /* release it too */
+			snprintf(errbuf, errlen, "out of memory");
+			r = -ENOMEM;
+			goto err;
+		}
+	}
+	*out = v;
+	return 0;
+err:
+	for (i = 0; i < opened; i++)
+		export_release(&v[i]);
+	free(v);
+	return r;
+}
+
+void nbdl_exports_close(struct nbdl_export *v, unsigned int nr,
+			enum ioq_backend backend)
+{
+	struct ioq *q = ioq_current(), *tmp = NULL;
+	unsigned int i;
+	int r;
+
+	if (!v)
+		return;
+	if (!q && ioq_create(&tmp, backend, 8) == 0) {
+		ioq_set_current(tmp);
+		q = tmp;
+	}
+	for (i = 0; i < nr; i++) {
+		if (q && !v[i].readonly) {
+			r = nbdl_do(&v[i], NBD_CMD_FLUSH, 0, NULL, 0, 0, NULL, 0);
+			if (r)
+				nbdl_log(NBDL_ERROR, "export '%s': flush: %s",
+					 v[i].name, strerror(-r));
+		}
+		export_release(&v[i]);
+	}
+	if (tmp) {
+		ioq_set_current(NULL);
+		ioq_destroy(tmp);
+	}
+	free(v);
+}
+
+struct nbdl_export *nbdl_export_find(struct nbdl_export *v, unsigned int nr,
+				     const void *name, size_t len)
+{
+	if (!nr)
+		return NULL;
+	if (!len)
+		return &v[0];
+	for (unsigned int i = 0; i < nr; i++)
+		if (strlen(v[i].name) == len && !memcmp(v[i].name, name, len))
+			return &v[i];
+	return NULL;
+}

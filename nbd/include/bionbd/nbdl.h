@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * nbdl.h - the NBD layer: NBD semantics that both front ends share.
+ *
+ * The nbdkit plugin and bionbd differ only in how bytes reach them (nbdkit
+ * callbacks vs. sockets on libev loops).  Everything an NBD request means
+ * lives here, once: the export type and how exports are opened ("check all,
+ * then open all"), what a request may ask (flags, range, read-only), how it
+ * becomes a bio (op and flags, alignment policy), how extents are reported,
+ * which NBD error an errno becomes for a given command, the block sizes
+ * both advertise, op names, and which member errors are worth an error
+ * message.  No sockets, no nbdkit, no event loop: callers pass plain
+ * values and get -errno or NBD error codes back.
+ *
+ * Alignment policy.  Both front ends advertise a minimum block size of 512
+ * (the engine addresses sectors) but serve any request correctly, as the
+ * spec asks of servers whose clients may not have negotiated block sizes
+ * (NBD_OPT_EXPORT_NAME, or NBD_OPT_GO without NBD_INFO_BLOCK_SIZE): reads
+ * bounce the partial end sectors, writes and write-zeroes read-modify-write
+ * them under the export's lock, trims shrink to the whole sectors inside
+ * (a trim is advisory), cache and block status widen to whole sectors.
+ * Aligned requests, the only kind well-behaved clients send, never take the
+ * lock and become one bio.
+ *
+ * Threads: every function may be called from any thread; the ones that do
+ * I/O need a current ioq (ioq_set_current) and wait in it.
+ */
+#ifndef BIONBD_NBDL_H
+#define BIONBD_NBDL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <bionbd/bio.h>
+#include <bionbd/config.h>
+#include <bionbd/ioq.h>
+#include <bionbd/nbd-proto.h>
+#include <bionbd/target.h>
+
+/* Block sizes both front ends advertise (NBD_INFO_BLOCK_SIZE). */
+#define NBDL_MIN_BLOCK SECTOR_SIZE
+/*
+ * "No read-modify-write below this": the stripe has no such penalty at any
+ * sector-aligned size, so it is the page size the members' page caches work
+ * in, not the chunk (advertising the chunk would invite clients that honour
+ * it strictly to read-modify-write every 4K write themselves).
+ */
+#define NBDL_PREF_BLOCK 4096u
+#define NBDL_MAX_PAYLOAD (32u << 20)
+/* Largest sector-aligned span one bio can describe (bi_size is 32 bits). */
+#define NBDL_MAX_SPAN ((uint64_t)UINT32_MAX & ~(uint64_t)(SECTOR_SIZE - 1))
+
+/* ---- exports ---- */
+
+/* One served export: a striped volume and how it is presented. */
+struct nbdl_export {
+	char *name; /* NBD export name ("" for a command-line volume) */
+	char *description; /* NULL = none */
+	struct target *vol;
+	uint64_t size_bytes;
+	bool readonly;
+	/* Serialises read-modify-writes of partial sectors (see the top). */
+	pthread_mutex_t rmw_lock;
+};
+
+/**
+ * nbdl_exports_open - check every definition, then open every export
+ * @out: receives an array of @nr exports; the caller owns it
+ *       (nbdl_exports_close)
+ * @defs: @nr export definitions, e.g. a config's exports; not kept
+ * @readonly: serve every export read-only whatever its definition says
+ * @conf_path: the file @defs came from (for messages), or NULL
+ * @errbuf: one line naming the export and the problem on failure, prefixed
+ *          "FILE:LINE: [export NAME] " when @conf_path is given
+ *
+ * Nothing is created, extended or opened unless every export passes
+ * volume_check() first.  Returns 0 or -errno.
+ */
+int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
+		      unsigned int nr, bool readonly, const char *conf_path,
+		      char *errbuf, size_t errlen);
+
+/**
+ * nbdl_exports_close - flush every writable export, then close them all
+ * @backend: backend of the temporary ioq made for the flush when the
+ *           calling thread has none
+ *
+ * A failed flush is logged (nbdl_log); closing goes on.  NULL is fine.
+ */
+void nbdl_exports_close(struct nbdl_export *v, unsigned int nr,
+			enum ioq_backend backend);
+
+/**
+ * nbdl_export_find - the export named @name (@len bytes, not terminated);
+ * the empty name is the first (default) export.  NULL when unknown.
+ */
+struct nbdl_export *nbdl_export_find(struct nbdl_export *v, unsigned int nr,
+				     const void *name, size_t len);
+
+/* ---- requests ---- */
+
+/* What a connection negotiated that changes which requests are valid. */
+struct nbdl_conn_opts {
+	bool structured; /* NBD_OPT_STRUCTURED_REPLY */
+	bool meta_alloc; /* base:allocation selected for this export */
+};
+
+/**
+ * nbdl_transmission_flags - the NBD_FLAG_* an export is served with
+ * (NBD_FLAG_SEND_DF only with structured replies).
+ */
+uint16_t nbdl_transmission_flags(const struct nbdl_export *e,
+				 bool structured);
+
+/**
+ * nbdl_req_check - the spec's rules for one request header
+ *
+ * Unknown commands and flags not documented for the command: EINVAL;
+ * writes, trims and zeroes on a read-only export: EPERM; ranges past the
+ * end: ENOSPC for writes and write-zeroes, EINVAL otherwise; reads above
+ * the maximum payload: EOVERFLOW with DF, else EINVAL; block status
+ * without base:allocation or of length 0: EINVAL.  Alignment is not
+ * checked (see the top).  Returns the NBD error, or 0 to go ahead.
+ */
+uint32_t nbdl_req_check(const struct nbdl_export *e,
+			const struct nbdl_conn_opts *co, uint16_t type,
+			uint16_t flags, uint64_t offset, uint32_t len);
+
+/** nbdl_opf - the bio op and flags for NBD command @type with @flags. */
+unsigned int nbdl_opf(uint16_t type, uint16_t flags);
+
+/**
+ * nbdl_is_direct - true when the request becomes exactly one bio over
+ * [offset, offset + len), i.e. nbdl_bio_alloc() may be used; false when it
+ * needs nbdl_do() (unaligned, see the top).  FLUSH is always direct.
+ */
+bool nbdl_is_direct(uint16_t type, uint64_t offset, uint32_t len);
+
+/**
+ * nbdl_bio_alloc - the one bio of a direct request
+ * @buf: READ and WRITE: the @len-byte payload, which must outlive the bio
+ * @ext: BLOCK_STATUS: where the engine appends extents (offsets relative
+ *       to @offset); see nbdl_extents_finish
+ *
+ * The caller sets bi_private and bi_end_io and submits to the export's
+ * volume.  Returns the bio (one reference, the caller's) or NULL (ENOMEM).
+ */
+struct bio *nbdl_bio_alloc(uint16_t type, uint16_t flags, void *buf,
+			   uint64_t offset, uint32_t len,
+			   struct bio_extents *ext);
+
+/**
+ * nbdl_do - carry out one request synchronously on the current ioq
+ * @e: the export (already checked by nbdl_req_check or nbdkit)
+ * @buf: READ: receives @len bytes; WRITE: the @len bytes to write
+ * @ext: BLOCK_STATUS: receives the extents, finished (nbdl_extents_finish)
+ * @max_extents: BLOCK_STATUS: at most this many (REQ_ONE: 1)
+ *
+ * Any alignment (see the top).  Returns 0 or -errno.
+ */
+int nbdl_do(struct nbdl_export *e, uint16_t type, uint16_t flags, void *buf,
+	    uint64_t offset, uint32_t len, struct bio_extents *ext,
+	    size_t max_extents);
+
+/**
+ * nbdl_extents_finish - turn what the engine reported into a block status
+ * answer
+ * @ext: extents with offsets relative to @span_start, as the engine left
+ *       them; rewritten to start at @offset (offset 0) and run without
+ *       gaps, each of non-zero length, clipped to @count bytes and to
+ *       @max_extents entries
+ * @span_start: volume offset the engine's offsets count from (<= @offset)
+ *
+ * A prefix of the range is a valid answer (the spec allows it).  Returns 0,
+ * or -EIO when the engine's answer has a gap or overlap or does not reach
+ * @offset.
+ */
+int nbdl_extents_finish(struct bio_extents *ext, uint64_t span_start,
+			uint64_t offset, uint64_t count, size_t max_extents);
+
+/**
+ * nbdl_errno_to_nbd - the NBD error for a request that failed with -errno
+ * @err: 0 or -errno
+ *
+ * Per the spec's "Error values": EDQUOT and EFBIG are ENOSPC; ENOTSUP only
+ * for WRITE_ZEROES with FAST_ZERO (otherwise an unsupported operation is
+ * the server's failure: EIO); EOVERFLOW only for READ with DF (otherwise
+ * EINVAL); anything unknown is EIO.
+ */
+uint32_t nbdl_errno_to_nbd(int err, uint16_t type, uint16_t flags);
+
+/**
+ * nbdl_nbd_to_errno - the errno that stands for NBD error @nbd_err (for
+ * front ends, like nbdkit, that take an errno and map it themselves).
+ */
+int nbdl_nbd_to_errno(uint32_t nbd_err);
+
+/* ---- names and messages ---- */
+
+/** nbdl_op_name - "read", "write", "flush", "trim", "cache",
+ *  "write-zeroes", "block-status" for a bio op. */
+const char *nbdl_op_name(enum req_op op);
+
+/** nbdl_cmd_name - the same words for an NBD command ("disc" too). */
+const char *nbdl_cmd_name(uint16_t type);
+
+enum nbdl_level {
+	NBDL_ERROR,
+	NBDL_DEBUG,
+};
+
+typedef void nbdl_log_fn(enum nbdl_level level, const char *fmt,
+			 va_list ap);
+
+/**
+ * nbdl_set_logger - where the layer's messages go (nbdkit_verror /
+ * nbdkit_vdebug, or the server's log), and the engine's member-error hook
+ * with them.  The policy is the layer's: a member error is one ERROR line
+ * "member PATH: OP at offset N length L: REASON", except a refused fast
+ * zero, which is an answer and not a failure (DEBUG).  NULL: stderr.
+ */
+void nbdl_set_logger(nbdl_log_fn *fn);
+
+void nbdl_log(enum nbdl_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#endif /* BIONBD_NBDL_H */

@@ -1,0 +1,528 @@
+// SPDX-License-Identifier: MIT
+/*
+ * request.c - one NBD request: is it valid, what bio it becomes, how it is
+ * carried out when it is not one plain bio (unaligned), what its extents
+ * answer is, and which NBD error a failure is.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <bionbd/nbdl.h>
+
+#define SECTOR_MASK ((uint64_t)SECTOR_SIZE - 1)
+
+/* ---- names ---- */
+
+const char *nbdl_op_name(enum req_op op)
+{
+	/* clang-format off */
+	static const char *const names[] = {
+		[REQ_OP_READ] = "read",
+		[REQ_OP_WRITE] = "write",
+		[REQ_OP_FLUSH] = "flush",
+		[REQ_OP_DISCARD] = "trim",
+		[REQ_OP_CACHE] = "cache",
+		[REQ_OP_WRITE_ZEROES] = "write-zeroes",
+		[REQ_OP_EXTENTS] = "block-status",
+	};
+	/* clang-format on */
+
+	return (unsigned int)op < REQ_OP_LAST ? names[op] : "unknown";
+}
+
+const char *nbdl_cmd_name(uint16_t type)
+{
+	if (type == NBD_CMD_DISC)
+		return "disc";
+	if (type > NBD_CMD_BLOCK_STATUS)
+		return "unknown";
+	return nbdl_op_name((enum req_op)(nbdl_opf(type, 0) & REQ_OP_MASK));
+}
+
+/* ---- checks ---- */
+
+uint16_t nbdl_transmission_flags(const struct nbdl_export *e, bool structured)
+{
+	uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH |
+		     NBD_FLAG_SEND_FUA | NBD_FLAG_CAN_MULTI_CONN |
+		     NBD_FLAG_SEND_CACHE;
+
+	if (e->readonly)
+		f |= NBD_FLAG_READ_ONLY;
+	else
+		f |= NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES |
+		     NBD_FLAG_SEND_FAST_ZERO;
+	/* DF only means something with structured replies. */
+	if (structured)
+		f |= NBD_FLAG_SEND_DF;
+	return f;
+}
+
+uint32_t nbdl_req_check(const struct nbdl_export *e,
+			const struct nbdl_conn_opts *co, uint16_t type,
+			uint16_t flags, uint64_t offset, uint32_t len)
+{
+	uint16_t allowed = NBD_CMD_FLAG_FUA;
+	bool writes = false, ranged = true;
+
+	switch (type) {
+	case NBD_CMD_READ:
+		if (co->structured)
+			allowed |= NBD_CMD_FLAG_DF;
+		break;
+	case NBD_CMD_WRITE:
+	case NBD_CMD_TRIM:
+		writes = true;
+		break;
+	case NBD_CMD_WRITE_ZEROES:
+		writes = true;
+		allowed |= NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO;
+		break;
+	case NBD_CMD_FLUSH:
+		ranged = false;
+		break;
+	case NBD_CMD_CACHE:
+		break;
+	case NBD_CMD_BLOCK_STATUS:
+		allowed |= NBD_CMD_FLAG_REQ_ONE;
+		if (!co->meta_alloc)
+			return NBD_EINVAL;
+		break;
+	default:
+		return NBD_EINVAL;
+	}
+	if (flags & ~allowed)
+		return NBD_EINVAL;
+	if (writes && e->readonly)
+		return NBD_EPERM;
+	if (!ranged)
+		return 0;
+	if (offset > e->size_bytes || len > e->size_bytes - offset)
+		return (type == NBD_CMD_WRITE || type == NBD_CMD_WRITE_ZEROES) ?
+			       NBD_ENOSPC :
+			       NBD_EINVAL;
+	if (type == NBD_CMD_READ && len > NBDL_MAX_PAYLOAD)
+		return (flags & NBD_CMD_FLAG_DF) ? NBD_EOVERFLOW : NBD_EINVAL;
+	if (type == NBD_CMD_BLOCK_STATUS && !len)
+		return NBD_EINVAL;
+	return 0;
+}
+
+/* ---- errors ---- */
+
+uint32_t nbdl_errno_to_nbd(int err, uint16_t type, uint16_t flags)
+{
+	switch (err) {
+	case 0:
+		return 0;
+	case -EPERM:
+	case -EROFS:
+		return NBD_EPERM;
+	case -ENOMEM:
+		return NBD_ENOMEM;
+	case -EINVAL:
+		return NBD_EINVAL;
+	case -ENOSPC:
+	case -EDQUOT:
+	case -EFBIG:
+		return NBD_ENOSPC;
+	case -EOVERFLOW:
+		return type == NBD_CMD_READ && (flags & NBD_CMD_FLAG_DF) ?
+			       NBD_EOVERFLOW :
+			       NBD_EINVAL;
+	case -EOPNOTSUPP:
+		return type == NBD_CMD_WRITE_ZEROES &&
+				       (flags & NBD_CMD_FLAG_FAST_ZERO) ?
+			       NBD_ENOTSUP :
+			       NBD_EIO;
+	case -ESHUTDOWN:
+		return NBD_ESHUTDOWN;
+	default:
+		return NBD_EIO;
+	}
+}
+
+int nbdl_nbd_to_errno(uint32_t nbd_err)
+{
+	switch (nbd_err) {
+	case 0:
+		return 0;
+	case NBD_EPERM:
+		return EPERM;
+	case NBD_ENOMEM:
+		return ENOMEM;
+	case NBD_EINVAL:
+		return EINVAL;
+	case NBD_ENOSPC:
+		return ENOSPC;
+	case NBD_EOVERFLOW:
+		return EOVERFLOW;
+	case NBD_ENOTSUP:
+		return EOPNOTSUPP;
+	case NBD_ESHUTDOWN:
+		return ESHUTDOWN;
+	default:
+		return EIO;
+	}
+}
+
+/* ---- request -> bio ---- */
+
+unsigned int nbdl_opf(uint16_t type, uint16_t flags)
+{
+	unsigned int opf;
+
+	switch (type) {
+	case NBD_CMD_READ:
+		opf = REQ_OP_READ;
+		break;
+	case NBD_CMD_WRITE:
+		opf = REQ_OP_WRITE;
+		break;
+	case NBD_CMD_FLUSH:
+		opf = REQ_OP_FLUSH;
+		break;
+	case NBD_CMD_TRIM:
+		opf = REQ_OP_DISCARD;
+		break;
+	case NBD_CMD_CACHE:
+		opf = REQ_OP_CACHE;
+		break;
+	case NBD_CMD_WRITE_ZEROES:
+		opf = REQ_OP_WRITE_ZEROES;
+		if (flags & NBD_CMD_FLAG_NO_HOLE)
+			opf |= REQ_NOUNMAP;
+		if (flags & NBD_CMD_FLAG_FAST_ZERO)
+			opf |= REQ_NOFALLBACK;
+		break;
+	default: /* NBD_CMD_BLOCK_STATUS */
+		opf = REQ_OP_EXTENTS;
+		break;
+	}
+	if (flags & NBD_CMD_FLAG_FUA)
+		opf |= REQ_FUA;
+	return opf;
+}
+
+bool nbdl_is_direct(uint16_t type, uint64_t offset, uint32_t len)
+{
+	return type == NBD_CMD_FLUSH || !((offset | len) & SECTOR_MASK);
+}
+
+struct bio *nbdl_bio_alloc(uint16_t type, uint16_t flags, void *buf,
+			   uint64_t offset, uint32_t len,
+			   struct bio_extents *ext)
+{
+	bool data = type == NBD_CMD_READ || type == NBD_CMD_WRITE;
+	struct bio *bio = bio_alloc(data ? 1 : 0, nbdl_opf(type, flags));
+
+	if (!bio)
+		return NULL;
+	if (data) {
+		if (len && bio_add_buf(bio, buf, len)) {
+			bio_put(bio);
+			return NULL;
+		}
+	} else if (type != NBD_CMD_FLUSH) {
+		bio->bi_iter.bi_size = len;
+	}
+	if (type == NBD_CMD_BLOCK_STATUS)
+		bio->bi_ext = ext;
+	bio->bi_iter.bi_sector = offset >> SECTOR_SHIFT;
+	return bio;
+}
+
+/* One direct request, submitted and waited for on this thread's ioq. */
+static int do_direct(struct nbdl_export *e, unsigned int opf, void *buf,
+		     uint64_t offset, uint64_t len, struct bio_extents *ext)
+{
+	struct bio *bio;
+	int r;
+
+	bio = bio_alloc(buf ? 1 : 0, opf);
+	if (!bio)
+		return -ENOMEM;
+	bio->bi_iter.bi_sector = offset >> SECTOR_SHIFT;
+	if (buf) {
+		r = bio_add_buf(bio, buf, (unsigned int)len);
+		if (r)
+			goto out;
+	} else {
+		bio->bi_iter.bi_size = (uint32_t)len;
+	}
+	bio->bi_ext = ext;
+	r = submit_bio_wait(e->vol, bio);
+out:
+	bio_put(bio);
+	return r;
+}
+
+/* ---- unaligned requests ---- */
+
+/*
+ * How an unaligned request [off, off + count) sits on sectors: the span of
+ * whole sectors it touches, the whole sectors inside it, and the partial
+ * sector at each end (which may be the same sector).
+ */
+struct span {
+	uint64_t start, end; /* sector-aligned span covering the request */
+	uint64_t mid_start, mid_end; /* whole sectors inside; may be empty */
+	bool head, tail;	     /* partial first / last sector */
+	bool one;		     /* head and tail are the same sector */
+};
+
+static void span_of(uint64_t off, uint64_t count, struct span *s)
+{
+	uint64_t end = off + count;
+
+	s->start = off & ~SECTOR_MASK;
+	s->end = (end + SECTOR_MASK) & ~SECTOR_MASK;
+	s->mid_start = (off + SECTOR_MASK) & ~SECTOR_MASK;
+	s->mid_end = end & ~SECTOR_MASK;
+	s->head = off != s->start;
+	s->tail = end != s->end;
+	s->one = s->head && s->tail && s->end - s->start == SECTOR_SIZE;
+	if (s->mid_end < s->mid_start)
+		s->mid_end = s->mid_start; /* inside one sector */
+}
+
+/*
+ * A data bio over the span: the partial sectors come from @hb/@tb, the
+ * whole ones straight from the caller's buffer.
+ */
+static int span_bio(struct nbdl_export *e, unsigned int opf,
+		    const struct span *s, char *buf, uint64_t off, char *hb,
+		    char *tb)
+{
+	struct bio *bio;
+	int r = 0;
+
+	bio = bio_alloc(3, opf);
+	if (!bio)
+		return -ENOMEM;
+	bio->bi_iter.bi_sector = s->start >> SECTOR_SHIFT;
+	if (s->head || s->one)
+		r = bio_add_buf(bio, hb, SECTOR_SIZE);
+	if (!r && s->mid_end > s->mid_start)
+		r = bio_add_buf(bio, buf + (s->mid_start - off),
+				(unsigned int)(s->mid_end - s->mid_start));
+	if (!r && s->tail && !s->one)
+		r = bio_add_buf(bio, tb, SECTOR_SIZE);
+	if (!r)
+		r = submit_bio_wait(e->vol, bio);
+	bio_put(bio);
+	return r;
+}
+
+static int read_unaligned(struct nbdl_export *e, char *buf, uint32_t count,
+			  uint64_t off)
+{
+	char hb[SECTOR_SIZE], tb[SECTOR_SIZE];
+	uint64_t end = off + count, tail_start;
+	struct span s;
+	int r;
+
+	span_of(off, count, &s);
+	r = span_bio(e, REQ_OP_READ, &s, buf, off, hb, tb);
+	if (r)
+		return r;
+	if (s.one) {
+		memcpy(buf, hb + (off - s.start), count);
+		return 0;
+	}
+	if (s.head)
+		memcpy(buf, hb + (off - s.start), s.mid_start - off);
+	if (s.tail) {
+		tail_start = s.end - SECTOR_SIZE;
+		memcpy(buf + (tail_start - off), tb, end - tail_start);
+	}
+	return 0;
+}
+
+/* Caller holds rmw_lock.  Read the partial end sectors into hb/tb. */
+static int read_edges(struct nbdl_export *e, const struct span *s, char *hb,
+		      char *tb)
+{
+	int r = 0;
+
+	if (s->head || s->one)
+		r = do_direct(e, REQ_OP_READ, hb, s->start, SECTOR_SIZE, NULL);
+	if (!r && s->tail && !s->one)
+		r = do_direct(e, REQ_OP_READ, tb, s->end - SECTOR_SIZE,
+			      SECTOR_SIZE, NULL);
+	return r;
+}
+
+/* Fill the request's part of the edge sectors from @src, or with zeroes. */
+static void patch_edges(const struct span *s, const char *src, uint64_t off,
+			uint64_t count, char *hb, char *tb)
+{
+	uint64_t end = off + count, n, tail_start;
+
+	if (s->one || s->head) {
+		n = (s->one ? end : s->mid_start) - off;
+		if (src)
+			memcpy(hb + (off - s->start), src, n);
+		else
+			memset(hb + (off - s->start), 0, n);
+	}
+	if (s->tail && !s->one) {
+		tail_start = s->end - SECTOR_SIZE;
+		if (src)
+			memcpy(tb, src + (tail_start - off), end - tail_start);
+		else
+			memset(tb, 0, end - tail_start);
+	}
+}
+
+/*
+ * Two unaligned writes into one sector must not lose each other's bytes,
+ * so read-modify-write holds the export's lock.  An aligned write covering
+ * that sector overlaps the unaligned one byte-wise, and NBD leaves the
+ * order of overlapping requests in flight unspecified anyway: aligned
+ * writes never take the lock.
+ */
+static int write_unaligned(struct nbdl_export *e, const char *buf,
+			   uint32_t count, uint64_t off, unsigned int fua)
+{
+	char hb[SECTOR_SIZE], tb[SECTOR_SIZE];
+	struct span s;
+	int r;
+
+	span_of(off, count, &s);
+	pthread_mutex_lock(&e->rmw_lock);
+	r = read_edges(e, &s, hb, tb);
+	if (!r) {
+		patch_edges(&s, buf, off, count, hb, tb);
+		/* A write bio only reads the buffer; the cast is the bio API's. */
+		r = span_bio(e, REQ_OP_WRITE | fua, &s, (char *)buf, off, hb,
+			     tb);
+	}
+	pthread_mutex_unlock(&e->rmw_lock);
+	return r;
+}
+
+/*
+ * Zero the whole sectors inside first: with FAST_ZERO that is the part that
+ * may refuse, and it must refuse before anything has changed.
+ */
+static int zero_unaligned(struct nbdl_export *e, uint32_t count, uint64_t off,
+			  unsigned int opf)
+{
+	char hb[SECTOR_SIZE], tb[SECTOR_SIZE];
+	unsigned int wr = REQ_OP_WRITE | (opf & REQ_FUA);
+	struct span s;
+	int r = 0;
+
+	span_of(off, count, &s);
+	pthread_mutex_lock(&e->rmw_lock);
+	if (s.mid_end > s.mid_start)
+		r = do_direct(e, opf, NULL, s.mid_start,
+			      s.mid_end - s.mid_start, NULL);
+	if (!r)
+		r = read_edges(e, &s, hb, tb);
+	if (!r) {
+		/* Only the edge sectors: the middle is done. */
+		patch_edges(&s, NULL, off, count, hb, tb);
+		if (s.head || s.one)
+			r = do_direct(e, wr, hb, s.start, SECTOR_SIZE, NULL);
+		if (!r && s.tail && !s.one)
+			r = do_direct(e, wr, tb, s.end - SECTOR_SIZE,
+				      SECTOR_SIZE, NULL);
+	}
+	pthread_mutex_unlock(&e->rmw_lock);
+	return r;
+}
+
+/* ---- extents ---- */
+
+int nbdl_extents_finish(struct bio_extents *ext, uint64_t span_start,
+			uint64_t offset, uint64_t count, size_t max_extents)
+{
+	uint64_t skip = offset - span_start, next = 0, covered = 0;
+	size_t i, n = 0;
+
+	bio_extents_finish(ext);
+	for (i = 0; i < ext->nr && n < max_extents && covered < count; i++) {
+		struct bio_extent x = ext->v[i];
+
+		if (x.offset != next || !x.length)
+			return -EIO; /* a gap or an overlap */
+		next = x.offset + x.length;
+		if (next <= skip)
+			continue; /* wholly before @offset (widened span) */
+		if (x.offset < skip) {
+			x.length -= skip - x.offset;
+			x.offset = skip;
+		}
+		if (x.length > count - covered)
+			x.length = count - covered;
+		ext->v[n++] = (struct bio_extent){ .offset = covered,
+						   .length = x.length,
+						   .flags = x.flags };
+		covered += x.length;
+	}
+	ext->nr = n;
+	return n ? 0 : -EIO;
+}
+
+/* ---- synchronous requests ---- */
+
+int nbdl_do(struct nbdl_export *e, uint16_t type, uint16_t flags, void *buf,
+	    uint64_t offset, uint32_t len, struct bio_extents *ext,
+	    size_t max_extents)
+{
+	unsigned int opf = nbdl_opf(type, flags);
+	struct span s;
+	uint64_t n;
+	int r;
+
+	if (type == NBD_CMD_FLUSH)
+		return do_direct(e, opf, NULL, 0, 0, NULL);
+	if (!len)
+		return 0;
+	if (nbdl_is_direct(type, offset, len) && type != NBD_CMD_BLOCK_STATUS)
+		return do_direct(e, opf,
+				 type == NBD_CMD_READ || type == NBD_CMD_WRITE ?
+					 buf :
+					 NULL,
+				 offset, len, NULL);
+	switch (type) {
+	case NBD_CMD_READ:
+		return read_unaligned(e, buf, len, offset);
+	case NBD_CMD_WRITE:
+		return write_unaligned(e, buf, len, offset, opf & REQ_FUA);
+	case NBD_CMD_WRITE_ZEROES:
+		return zero_unaligned(e, len, offset, opf);
+	case NBD_CMD_TRIM:
+		/* Advisory: only the whole sectors inside may go. */
+		span_of(offset, len, &s);
+		if (s.mid_end == s.mid_start)
+			return 0;
+		return do_direct(e, opf, NULL, s.mid_start,
+				 s.mid_end - s.mid_start, NULL);
+	case NBD_CMD_CACHE:
+		/* A hint: widened to sectors, and it may fall short. */
+		span_of(offset, len, &s);
+		n = s.end - s.start;
+		return do_direct(e, opf, NULL, s.start,
+				 n < NBDL_MAX_SPAN ? n : NBDL_MAX_SPAN, NULL);
+	case NBD_CMD_BLOCK_STATUS:
+		span_of(offset, len, &s);
+		n = s.end - s.start;
+		/* An answer may cover less than was asked. */
+		if (n > NBDL_MAX_SPAN)
+			n = NBDL_MAX_SPAN;
+		r = do_direct(e, opf, NULL, s.start, n, ext);
+		if (s.start + n - offset < len)
+			len = (uint32_t)(s.start + n - offset);
+		if (!r)
+			r = nbdl_extents_finish(ext, s.start, offset, len,
+						(flags & NBD_CMD_FLAG_REQ_ONE) ?
+							1 :
+							max_extents);
+		return r;
+	default:
+		return -EINVAL;
+	}
+}
