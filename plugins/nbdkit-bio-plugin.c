@@ -1,0 +1,604 @@
+// SPDX-License-Identifier: MIT
+/*
+ * nbdkit-bio-plugin.c - serve striped volumes through nbdkit, every NBD
+ * request turned into a bio built on nbdkit's own buffer.
+ *
+ *   nbdkit bio file=A file=B ... [stripe-size=64K] [size=4G]
+ *              [backend=io_uring|threads] [read-only=true] [description=..]
+ *   nbdkit bio conf=FILE.conf [export=NAME] [backend=...]
+ *
+ * Threading.  The volumes are opened once, in .get_ready, before nbdkit
+ * forks; a connection's handle is just a pointer to its volume, so the
+ * .open/.close pair nbdkit runs for NBD_OPT_INFO and again for NBD_OPT_GO
+ * costs nothing and touches no file.  Thread model PARALLEL: each nbdkit
+ * worker thread lazily makes its own ioq on its first request and waits for
+ * its bios in it with submit_bio_wait(), so a request never changes thread
+ * and nothing is locked on the data path.  nbdkit starts fresh worker
+ * threads for every connection, so a thread's ioq is destroyed when the
+ * thread exits (a pthread key destructor); whatever is left goes at
+ * .unload.
+ *
+ * Alignment, flags, errors, extents and block sizes are the NBD layer's
+ * (nbdl.h), exactly as in bionbd: this file only translates nbdkit's
+ * callbacks and flags into NBD commands and runs them with nbdl_do().
+ *
+ * Errors: the NBD layer picks the NBD error for the command (nbdl_errno_to_
+ * nbd); we set errno to the errno nbdkit maps back to that same NBD error
+ * (errno_is_preserved) and return -1.  Member errors are logged by the NBD
+ * layer, through nbdkit_verror/nbdkit_vdebug.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NBDKIT_API_VERSION 2
+#include <nbdkit-plugin.h>
+
+#include <bionbd/bio.h>
+#include <bionbd/config.h>
+#include <bionbd/ioq.h>
+#include <bionbd/nbdl.h>
+
+#ifndef BIONBD_VERSION
+#define BIONBD_VERSION "unknown"
+#endif
+
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define likely(x) __builtin_expect(!!(x), 1)
+
+/* -------- configuration (set before .get_ready, read-only afterwards) */
+
+static struct conf_export cmdline; /* file=, stripe-size=, ... */
+static unsigned int cmdline_keys;
+static char *conf_path;
+static char *export_name;
+static struct conf *conf;
+static enum ioq_backend backend = IOQ_IO_URING;
+static bool backend_set;
+
+/* What this run serves; a connection's handle points at one of these. */
+static struct nbdl_export *exports;
+static unsigned int nr_exports;
+
+/* -------- per-thread I/O queues */
+
+struct thread_ioq {
+	struct ioq *q;
+	struct thread_ioq *next;
+	struct thread_ioq **pprev;
+};
+
+static pthread_key_t ioq_key;
+static bool ioq_key_live;
+static pthread_mutex_t ioq_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct thread_ioq *ioq_list; /* every live thread's queue */
+static __thread struct thread_ioq *my_ioq;
+
+static void thread_ioq_free_locked(struct thread_ioq *w)
+{
+	*w->pprev = w->next;
+	if (w->next)
+		w->next->pprev = w->pprev;
+	ioq_destroy(w->q);
+	free(w);
+}
+
+/* Thread exit: every bio of this thread has ended (we only wait). */
+static void thread_ioq_destructor(void *p)
+{
+	pthread_mutex_lock(&ioq_lock);
+	thread_ioq_free_locked(p);
+	pthread_mutex_unlock(&ioq_lock);
+	ioq_set_current(NULL);
+	my_ioq = NULL;
+}
+
+static int thread_ioq_create(void)
+{
+	struct thread_ioq *w;
+	int r;
+
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	r = ioq_create(&w->q, backend, 0);
+	if (r) {
+		free(w);
+		nbdkit_error("cannot create an I/O queue (backend %s): %s",
+			     ioq_backend_name(backend), strerror(-r));
+		return r;
+	}
+	pthread_mutex_lock(&ioq_lock);
+	r = pthread_setspecific(ioq_key, w);
+	if (r) {
+		pthread_mutex_unlock(&ioq_lock);
+		ioq_destroy(w->q);
+		free(w);
+		return -r;
+	}
+	w->next = ioq_list;
+	if (ioq_list)
+		ioq_list->pprev = &w->next;
+	w->pprev = &ioq_list;
+	ioq_list = w;
+	pthread_mutex_unlock(&ioq_lock);
+	ioq_set_current(w->q);
+	my_ioq = w;
+	return 0;
+}
+
+/* Make sure this thread has a current ioq; the first call creates it. */
+static inline int thread_ioq(void)
+{
+	if (likely(my_ioq))
+		return 0;
+	return thread_ioq_create();
+}
+
+/* -------- requests */
+
+/*
+ * Run NBD command @type on this thread's queue; nbdkit has checked the
+ * range and the flags.  Returns 0, or -1 with errno set to what nbdkit
+ * turns into the NBD error the layer chose for this command.
+ */
+static int run(void *handle, uint16_t type, uint16_t nbd_flags, void *buf,
+	       uint32_t count, uint64_t offset, struct bio_extents *ext)
+{
+	int r = thread_ioq();
+
+	if (!r)
+		r = nbdl_do(handle, type, nbd_flags, buf, offset, count, ext,
+			    SIZE_MAX);
+	if (!r)
+		return 0;
+	errno = nbdl_nbd_to_errno(nbdl_errno_to_nbd(r, type, nbd_flags));
+	return -1;
+}
+
+static uint16_t fua_flag(uint32_t flags)
+{
+	return flags & NBDKIT_FLAG_FUA ? NBD_CMD_FLAG_FUA : 0;
+}
+
+static void log_nbdkit(enum nbdl_level level, const char *fmt, va_list ap)
+{
+	if (level == NBDL_DEBUG)
+		nbdkit_vdebug(fmt, ap);
+	else
+		nbdkit_verror(fmt, ap);
+}
+
+/* -------- configuration callbacks */
+
+/*
+ * .load cannot fail: what goes wrong here (no thread key, no memory) is
+ * reported by .config_complete or .get_ready.
+ */
+static void bio_load(void)
+{
+	ioq_key_live = !pthread_key_create(&ioq_key, thread_ioq_destructor);
+	conf_export_init(&cmdline, "");
+}
+
+static void bio_unload(void)
+{
+	struct thread_ioq *w;
+
+	/*
+	 * nbdkit has joined the connection threads by now.  Deleting the key
+	 * first means no destructor of ours can run once this code is
+	 * unmapped.
+	 */
+	pthread_mutex_lock(&ioq_lock);
+	if (ioq_key_live) {
+		pthread_key_delete(ioq_key);
+		ioq_key_live = false;
+	}
+	while ((w = ioq_list))
+		thread_ioq_free_locked(w);
+	pthread_mutex_unlock(&ioq_lock);
+
+	nbdl_exports_close(exports, nr_exports, backend);
+	exports = NULL;
+	nr_exports = 0;
+	conf_free(conf);
+	conf = NULL;
+	conf_export_release(&cmdline);
+	free(conf_path);
+	free(export_name);
+}
+
+/* key=value given twice where once is the only sensible meaning. */
+static int set_once(char **slot, const char *key, char *value)
+{
+	if (!value) {
+		nbdkit_error("%s: out of memory", key);
+		return -1;
+	}
+	if (*slot) {
+		nbdkit_error("%s= given twice ('%s', then '%s')", key, *slot,
+			     value);
+		free(value);
+		return -1;
+	}
+	*slot = value;
+	return 0;
+}
+
+static int bio_config(const char *key, const char *value)
+{
+	char msg[512];
+	char *path = NULL;
+	int r;
+
+	if (!strcmp(key, "conf"))
+		return set_once(&conf_path, key, nbdkit_absolute_path(value));
+	if (!strcmp(key, "export"))
+		return set_once(&export_name, key, strdup(value));
+	if (!strcmp(key, "backend")) {
+		if (backend_set) {
+			nbdkit_error("backend= given twice");
+			return -1;
+		}
+		if (ioq_backend_parse(value, &backend)) {
+			nbdkit_error("backend=%s: expected io_uring or threads",
+				     value);
+			return -1;
+		}
+		backend_set = true;
+		return 0;
+	}
+	if (!strcmp(key, "file")) {
+		/* nbdkit changes directory when it daemonizes. */
+		path = nbdkit_absolute_path(value);
+		if (!path)
+			return -1;
+		value = path;
+	}
+	r = conf_export_set(&cmdline, key, value, msg, sizeof(msg));
+	free(path);
+	if (r == -ENOENT) {
+		nbdkit_error("unknown parameter '%s' (see nbdkit bio --help)",
+			     key);
+		return -1;
+	}
+	if (r) {
+		nbdkit_error("%s", r == -ENOMEM ? "out of memory" : msg);
+		return -1;
+	}
+	cmdline_keys++;
+	return 0;
+}
+
+static int bio_config_complete(void)
+{
+	char msg[1024];
+	int r;
+
+	if (!cmdline.name) {
+		nbdkit_error("out of memory");
+		return -1;
+	}
+	if (!conf_path) {
+		if (export_name) {
+			nbdkit_error(
+			    "export= selects an export of a conf= file; "
+			    "there is no conf=");
+			return -1;
+		}
+		if (conf_export_check(&cmdline, msg, sizeof(msg))) {
+			nbdkit_error("missing file=: give the members as "
+				     "file=PATH (repeat), or conf=FILE");
+			return -1;
+		}
+		return 0;
+	}
+	if (cmdline_keys) {
+		nbdkit_error(
+		    "conf= cannot be combined with file=, stripe-size=, "
+		    "size=, read-only= or description= (put them in %s)",
+		    conf_path);
+		return -1;
+	}
+	r = conf_load(&conf, conf_path, msg, sizeof(msg));
+	if (r) {
+		nbdkit_error("%s", msg);
+		return -1;
+	}
+	if (export_name && !conf_find_export(conf, export_name)) {
+		nbdkit_error("export=%s: %s has no [export %s]", export_name,
+			     conf_path, export_name);
+		return -1;
+	}
+	/* The command line wins over the file. */
+	if (!backend_set && conf->server.backend_set)
+		backend = conf->server.backend;
+	return 0;
+}
+
+/*
+ * Fail now, while the user is watching, if io_uring cannot be used; fall
+ * back to the thread pool when no backend was asked for.  Only io_uring is
+ * probed: the thread pool's threads would not survive nbdkit's fork.
+ */
+static int probe_backend(void)
+{
+	struct ioq *q;
+	int r;
+
+	if (backend != IOQ_IO_URING)
+		return 0;
+	r = ioq_create(&q, IOQ_IO_URING, 0);
+	if (!r) {
+		ioq_destroy(q);
+		return 0;
+	}
+	if (backend_set || (conf && conf->server.backend_set)) {
+		nbdkit_error("backend=io_uring: %s", strerror(-r));
+		return -1;
+	}
+	nbdkit_debug("io_uring not usable (%s): using backend=threads",
+		     strerror(-r));
+	backend = IOQ_THREADS;
+	return 0;
+}
+
+static int bio_get_ready(void)
+{
+	const struct conf_export *defs = &cmdline;
+	unsigned int n = 1, i;
+	char msg[1024];
+
+	if (!ioq_key_live) {
+		nbdkit_error("pthread_key_create failed: no per-thread queues");
+		return -1;
+	}
+	if (probe_backend())
+		return -1;
+	nbdl_set_logger(log_nbdkit);
+
+	if (conf && export_name) {
+		defs = conf_find_export(conf, export_name);
+	} else if (conf) {
+		defs = conf->exports;
+		n = conf->nr_exports;
+	}
+	if (nbdl_exports_open(&exports, defs, n, false,
+			      conf ? conf->path : NULL, msg, sizeof(msg))) {
+		nbdkit_error("%s", msg);
+		return -1;
+	}
+	nr_exports = n;
+	for (i = 0; i < n; i++)
+		nbdkit_debug("export '%s': %u members, stripe %" PRIu64
+			     ", %" PRIu64 " bytes%s, backend %s",
+			     exports[i].name, defs[i].nr_members,
+			     defs[i].chunk_bytes, exports[i].size_bytes,
+			     exports[i].readonly ? ", read-only" : "",
+			     ioq_backend_name(backend));
+	return 0;
+}
+
+static void bio_dump_plugin(void)
+{
+	printf("bio_version=%s\n", BIONBD_VERSION);
+	printf("bio_backends=io_uring,threads\n");
+	printf("bio_default_stripe_size=%u\n", STRIPE_DEFAULT_CHUNK);
+	printf("bio_min_stripe_size=%u\n", STRIPE_MIN_CHUNK);
+	printf("bio_max_stripe_size=%u\n", STRIPE_MAX_CHUNK);
+	printf("bio_block_size=%u,%u,%u\n", NBDL_MIN_BLOCK, NBDL_PREF_BLOCK,
+	       NBDL_MAX_PAYLOAD);
+}
+
+/* -------- exports and connections */
+
+static int bio_list_exports(int readonly, int is_tls,
+			    struct nbdkit_exports *list)
+{
+	for (unsigned int i = 0; i < nr_exports; i++)
+		if (nbdkit_add_export(list, exports[i].name,
+				      exports[i].description))
+			return -1;
+	return 0;
+}
+
+static const char *bio_default_export(int readonly, int is_tls)
+{
+	return nr_exports ? exports[0].name : NULL;
+}
+
+static void *bio_open(int readonly)
+{
+	const char *name;
+	struct nbdl_export *e;
+
+	/* Without conf= there is one volume, whatever name is asked for. */
+	if (!conf)
+		return &exports[0];
+	name = nbdkit_export_name();
+	e = nbdl_export_find(exports, nr_exports, name, name ? strlen(name) : 0);
+	if (!e)
+		nbdkit_error("unknown export '%s'", name);
+	return e;
+}
+
+static int64_t bio_get_size(void *handle)
+{
+	struct nbdl_export *e = handle;
+
+	return (int64_t)e->size_bytes;
+}
+
+static const char *bio_export_description(void *handle)
+{
+	struct nbdl_export *e = handle;
+
+	return e->description;
+}
+
+static int bio_block_size(void *handle, uint32_t *minimum, uint32_t *preferred,
+			  uint32_t *maximum)
+{
+	*minimum = NBDL_MIN_BLOCK;
+	*preferred = NBDL_PREF_BLOCK;
+	*maximum = NBDL_MAX_PAYLOAD;
+	return 0;
+}
+
+static int bio_can_write(void *handle)
+{
+	struct nbdl_export *e = handle;
+
+	return !e->readonly;
+}
+
+static int bio_true(void *handle)
+{
+	return 1;
+}
+
+static int bio_false(void *handle)
+{
+	return 0;
+}
+
+static int bio_can_fua(void *handle)
+{
+	return NBDKIT_FUA_NATIVE;
+}
+
+static int bio_can_cache(void *handle)
+{
+	return NBDKIT_CACHE_NATIVE;
+}
+
+/* -------- data */
+
+static int bio_pread(void *handle, void *buf, uint32_t count, uint64_t offset,
+		     uint32_t flags)
+{
+	return run(handle, NBD_CMD_READ, 0, buf, count, offset, NULL);
+}
+
+static int bio_pwrite(void *handle, const void *buf, uint32_t count,
+		      uint64_t offset, uint32_t flags)
+{
+	/* A write only reads the buffer; the cast is the bio API's. */
+	return run(handle, NBD_CMD_WRITE, fua_flag(flags), (void *)buf, count,
+		   offset, NULL);
+}
+
+static int bio_flush(void *handle, uint32_t flags)
+{
+	/*
+	 * Flushes every member, whichever connection wrote: that is what
+	 * lets can_multi_conn be true.
+	 */
+	return run(handle, NBD_CMD_FLUSH, 0, NULL, 0, 0, NULL);
+}
+
+static int bio_trim(void *handle, uint32_t count, uint64_t offset,
+		    uint32_t flags)
+{
+	return run(handle, NBD_CMD_TRIM, fua_flag(flags), NULL, count, offset,
+		   NULL);
+}
+
+static int bio_zero(void *handle, uint32_t count, uint64_t offset,
+		    uint32_t flags)
+{
+	uint16_t f = fua_flag(flags);
+
+	if (!(flags & NBDKIT_FLAG_MAY_TRIM))
+		f |= NBD_CMD_FLAG_NO_HOLE;
+	if (flags & NBDKIT_FLAG_FAST_ZERO)
+		f |= NBD_CMD_FLAG_FAST_ZERO;
+	return run(handle, NBD_CMD_WRITE_ZEROES, f, NULL, count, offset, NULL);
+}
+
+static int bio_cache(void *handle, uint32_t count, uint64_t offset,
+		     uint32_t flags)
+{
+	return run(handle, NBD_CMD_CACHE, 0, NULL, count, offset, NULL);
+}
+
+static int bio_extents(void *handle, uint32_t count, uint64_t offset,
+		       uint32_t flags, struct nbdkit_extents *extents)
+{
+	uint16_t f = flags & NBDKIT_FLAG_REQ_ONE ? NBD_CMD_FLAG_REQ_ONE : 0;
+	struct bio_extents ext = { 0 };
+	int r;
+
+	r = run(handle, NBD_CMD_BLOCK_STATUS, f, NULL, count, offset, &ext);
+	for (size_t i = 0; !r && i < ext.nr; i++)
+		r = nbdkit_add_extent(extents, offset + ext.v[i].offset,
+				      ext.v[i].length, ext.v[i].flags);
+	bio_extents_free(&ext);
+	return r;
+}
+
+/* Shown by "nbdkit bio --help"; one line per key, as nbdkit's plugins do. */
+static const char bio_config_help[] =
+    "file=PATH         Member file or block device; repeat, in stripe order\n"
+    "                  (required unless conf=; 'nbdkit bio A B' works too).\n"
+    "stripe-size=SIZE  Stripe unit, a power of two 4K..1G (default 64K).\n"
+    "size=SIZE         Volume size, a multiple of 512: members are created\n"
+    "                  or extended (sparse), never truncated.  Default: N x\n"
+    "                  the smallest member, rounded down to whole stripes.\n"
+    "read-only=BOOL    Serve read-only; members are opened read-only.\n"
+    "description=TEXT  Export description shown to clients.\n"
+    "backend=io_uring|threads\n"
+    "                  How members are read and written (default io_uring,\n"
+    "                  or threads when io_uring is not usable).\n"
+    "conf=FILE         Serve the exports of a bionbd config file (see\n"
+    "                  conf/example.conf) instead of file= and friends.\n"
+    "export=NAME       With conf=: serve only this export.";
+
+static struct nbdkit_plugin plugin = {
+    .name = "bio",
+    .longname = "bionbd striped volume plugin",
+    .version = BIONBD_VERSION,
+    .description = "Serve RAID-0 volumes of files; each NBD request is a "
+		   "userspace bio split at stripe boundaries",
+    .load = bio_load,
+    .unload = bio_unload,
+    .config = bio_config,
+    .config_complete = bio_config_complete,
+    .config_help = bio_config_help,
+    .magic_config_key = "file",
+    .get_ready = bio_get_ready,
+    .dump_plugin = bio_dump_plugin,
+    .list_exports = bio_list_exports,
+    .default_export = bio_default_export,
+    .open = bio_open,
+    .get_size = bio_get_size,
+    .export_description = bio_export_description,
+    .block_size = bio_block_size,
+    .can_write = bio_can_write,
+    .can_flush = bio_true,
+    .is_rotational = bio_false,
+    .can_trim = bio_true,
+    .can_zero = bio_true,
+    .can_fast_zero = bio_true,
+    .can_fua = bio_can_fua,
+    .can_multi_conn = bio_true,
+    .can_extents = bio_true,
+    .can_cache = bio_can_cache,
+    .pread = bio_pread,
+    .pwrite = bio_pwrite,
+    .flush = bio_flush,
+    .trim = bio_trim,
+    .zero = bio_zero,
+    .extents = bio_extents,
+    .cache = bio_cache,
+    .errno_is_preserved = 1,
+};
+
+#define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
+NBDKIT_REGISTER_PLUGIN(plugin)
