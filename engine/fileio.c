@@ -74,6 +74,7 @@ enum zero_step zero_first_step(const struct bio *bio)
 enum zero_step zero_next_step(const struct bio *bio, enum zero_step step)
 {
 	bool nounmap = bio->bi_opf & REQ_NOUNMAP;
+	bool fast = bio->bi_opf & REQ_NOFALLBACK;
 
 	/* Discard is advisory: if the file cannot punch, leave the data. */
 	if (bio_op(bio) == REQ_OP_DISCARD)
@@ -83,12 +84,24 @@ enum zero_step zero_next_step(const struct bio *bio, enum zero_step step)
 		return ZS_ZERO_RANGE;
 	case ZS_ZERO_RANGE:
 		if (nounmap)
-			return ZS_PUNCH_THEN_ALLOC;
+			return fast ? ZS_PROBE_ALLOC : ZS_PUNCH_THEN_ALLOC;
 		break;
 	default:
 		break;
 	}
-	return (bio->bi_opf & REQ_NOFALLBACK) ? ZS_FAIL : ZS_WRITE;
+	return fast ? ZS_FAIL : ZS_WRITE;
+}
+
+enum zero_step zero_step_done(enum zero_step step)
+{
+	switch (step) {
+	case ZS_PROBE_ALLOC:
+		return ZS_PUNCH_THEN_ALLOC;
+	case ZS_PUNCH_THEN_ALLOC:
+		return ZS_ALLOC;
+	default:
+		return ZS_DONE;
+	}
 }
 
 bool zero_unsupported(int err)
@@ -110,6 +123,7 @@ int zero_step_mode(enum zero_step step)
 		return FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
 	case ZS_ZERO_RANGE:
 		return FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE;
+	case ZS_PROBE_ALLOC:
 	case ZS_ALLOC:
 		return FALLOC_FL_KEEP_SIZE;
 	default:
@@ -256,12 +270,12 @@ static int sync_zero(struct file_target *ft, const struct bio *bio)
 		}
 		r = fallocate(ft->fd, zero_step_mode(step), (off_t)off,
 			      (off_t)len);
-		if (r == 0 && step == ZS_PUNCH_THEN_ALLOC) {
-			step = ZS_ALLOC;
+		if (r == 0) {
+			step = zero_step_done(step);
+			if (step == ZS_DONE)
+				return 0;
 			continue;
 		}
-		if (r == 0)
-			return 0;
 		if (!zero_unsupported(-errno))
 			return -errno;
 		step = zero_next_step(bio, step);

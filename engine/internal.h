@@ -46,10 +46,17 @@ static inline struct file_target *to_file_target(struct target *t)
  * How write-zeroes is carried out: a sequence of fallocate modes tried in
  * turn while the file system answers EOPNOTSUPP, ending with writing zero
  * buffers (unless REQ_NOFALLBACK).  One table serves both backends.
+ *
+ * A fast zero (REQ_NOFALLBACK) that is refused must leave the data as it
+ * was (the NBD spec: "SHOULD NOT alter the contents ... when returning
+ * NBD_ENOTSUP"), so it never punches before it knows the file can allocate
+ * the range again: ZS_PROBE_ALLOC asks first, with a mode that changes no
+ * data.
  */
 enum zero_step {
 	ZS_PUNCH, /* FALLOC_FL_PUNCH_HOLE | KEEP_SIZE */
 	ZS_ZERO_RANGE, /* FALLOC_FL_ZERO_RANGE | KEEP_SIZE */
+	ZS_PROBE_ALLOC, /* fast + NO_HOLE: can the file allocate at all? */
 	ZS_PUNCH_THEN_ALLOC, /* punch, then allocate the range again */
 	ZS_ALLOC, /* second half: fallocate(FALLOC_FL_KEEP_SIZE) */
 	ZS_WRITE, /* pwrite from the zero buffer */
@@ -61,6 +68,8 @@ enum zero_step {
 enum zero_step zero_first_step(const struct bio *bio);
 /* Next step after @step failed with -EOPNOTSUPP. */
 enum zero_step zero_next_step(const struct bio *bio, enum zero_step step);
+/* Next step after a fallocate @step succeeded; ZS_DONE when none. */
+enum zero_step zero_step_done(enum zero_step step);
 /* True when fallocate's -errno means "this mode is not supported here". */
 bool zero_unsupported(int err);
 /* fallocate mode for a fallocate step. */

@@ -219,8 +219,8 @@ static void rq_zero_done(struct uring_ioq *uq, struct uring_rq *rq, int res)
 		uring_issue(uq, rq);
 		return;
 	}
-	if (rq->zstep == ZS_PUNCH_THEN_ALLOC) {
-		rq->zstep = ZS_ALLOC;
+	if (rq->zstep != ZS_WRITE && zero_step_done(rq->zstep) != ZS_DONE) {
+		rq->zstep = zero_step_done(rq->zstep);
 		uring_issue(uq, rq);
 		return;
 	}

@@ -75,9 +75,8 @@ int conf_parse_chunk(const char *s, uint64_t *out, char *errbuf, size_t errlen)
 	return 0;
 }
 
-/* Parse a decimal number in [min, max]; no sign, no suffix. */
-static int parse_uint(const char *s, unsigned int min, unsigned int max,
-		      unsigned int *out)
+int conf_parse_uint(const char *s, unsigned int min, unsigned int max,
+		    unsigned int *out)
 {
 	unsigned long v;
 	char *end;
@@ -92,8 +91,7 @@ static int parse_uint(const char *s, unsigned int min, unsigned int max,
 	return 0;
 }
 
-/* Replace *slot with a copy of @value. */
-static int set_string(char **slot, const char *value)
+int conf_set_string(char **slot, const char *value)
 {
 	char *s = strdup(value);
 
@@ -212,7 +210,7 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 			e->description = NULL;
 			return 0;
 		}
-		return set_string(&e->description, value);
+		return conf_set_string(&e->description, value);
 	}
 	set_err(errbuf, errlen,
 		"%s=%s: unknown key (export keys: file, stripe-size, size, "
@@ -239,74 +237,6 @@ void conf_export_volume(const struct conf_export *e, struct volume_config *vc)
 	vc->chunk_bytes = e->chunk_bytes;
 	vc->size_bytes = e->size_bytes;
 	vc->readonly = e->readonly;
-}
-
-void conf_server_release(struct conf_server *s)
-{
-	free(s->listen);
-	free(s->socket);
-	memset(s, 0, sizeof(*s));
-}
-
-int conf_server_set(struct conf_server *s, const char *key, const char *value,
-		    char *errbuf, size_t errlen)
-{
-	unsigned int n;
-
-	if (!strcmp(key, "listen") || !strcmp(key, "socket")) {
-		if (!*value) {
-			set_err(errbuf, errlen, "%s=: empty value", key);
-			return -EINVAL;
-		}
-		return set_string(key[0] == 'l' ? &s->listen : &s->socket,
-				  value);
-	}
-	if (!strcmp(key, "port")) {
-		if (parse_uint(value, 1, 65535, &n)) {
-			set_err(errbuf, errlen,
-				"%s=%s: expected a port number 1..65535", key,
-				value);
-			return -EINVAL;
-		}
-		s->port = n;
-		return 0;
-	}
-	if (!strcmp(key, "threads")) {
-		if (parse_uint(value, 1, CONF_MAX_THREADS, &n)) {
-			set_err(errbuf, errlen,
-				"%s=%s: expected a number 1..%u", key, value,
-				CONF_MAX_THREADS);
-			return -EINVAL;
-		}
-		s->threads = n;
-		return 0;
-	}
-	if (!strcmp(key, "backend")) {
-		if (ioq_backend_parse(value, &s->backend)) {
-			set_err(errbuf, errlen,
-				"%s=%s: expected io_uring or threads", key,
-				value);
-			return -EINVAL;
-		}
-		s->backend_set = true;
-		return 0;
-	}
-	if (!strcmp(key, "poll-us")) {
-		if (parse_uint(value, 0, CONF_MAX_POLL_US, &n)) {
-			set_err(errbuf, errlen,
-				"%s=%s: expected microseconds 0..%u", key,
-				value, CONF_MAX_POLL_US);
-			return -EINVAL;
-		}
-		s->poll_us = n;
-		s->poll_us_set = true;
-		return 0;
-	}
-	set_err(errbuf, errlen,
-		"%s=%s: unknown key (server keys: listen, port, socket, "
-		"threads, backend, poll-us)",
-		key, value);
-	return -ENOENT;
 }
 
 /* -------- the file parser -------- */
@@ -372,6 +302,23 @@ static int add_export(struct parser *p, const char *name)
 	v[c->nr_exports].line = p->line;
 	p->cur = c->nr_exports++;
 	return 0;
+}
+
+static int add_server_key(struct conf *c, const char *key, const char *value,
+			  unsigned int line)
+{
+	struct conf_kv *v;
+
+	v = realloc(c->server_keys, (c->nr_server_keys + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	c->server_keys = v;
+	v += c->nr_server_keys;
+	v->key = strdup(key);
+	v->value = strdup(value);
+	v->line = line;
+	c->nr_server_keys++;
+	return v->key && v->value ? 0 : -ENOMEM;
 }
 
 /* A "[...]" line: @s is what lies between the brackets. */
@@ -510,22 +457,9 @@ static int conf_handler(void *user, const char *section, const char *key,
 		     p->name, p->line, key, value);
 		return 0;
 	case SEC_SERVER:
-		if (!strcmp(key, "socket")) {
-			path = resolve_path(p, value);
-			if (!path)
-				goto nomem;
-			value = path;
-		}
-		r = conf_server_set(&p->c->server, key, value, msg,
-				    sizeof(msg));
-		free(path);
-		if (r == -ENOMEM)
+		/* Kept as written: the front end that owns them checks them. */
+		if (add_server_key(p->c, key, value, p->line))
 			goto nomem;
-		if (r) {
-			fail(p, r == -ENOENT ? -EINVAL : r,
-			     "%s:%u: [server] %s", p->name, p->line, msg);
-			return 0;
-		}
 		return 1;
 	case SEC_EXPORT:
 		if (!strcmp(key, "file")) {
@@ -597,7 +531,10 @@ int conf_parse_string(struct conf **out, const char *text, const char *name,
 	if (errbuf && errlen)
 		errbuf[0] = '\0';
 	p.c = calloc(1, sizeof(*p.c));
-	if (!p.c || !(p.c->path = strdup(name))) {
+	if (!p.c || !(p.c->path = strdup(name)) ||
+	    (basedir && !(p.c->dir = strdup(basedir)))) {
+		if (p.c)
+			free(p.c->path);
 		free(p.c);
 		set_err(errbuf, errlen, "%s: out of memory", name);
 		return -ENOMEM;
@@ -707,7 +644,12 @@ void conf_free(struct conf *c)
 	for (i = 0; i < c->nr_exports; i++)
 		conf_export_release(&c->exports[i]);
 	free(c->exports);
-	conf_server_release(&c->server);
+	for (i = 0; i < c->nr_server_keys; i++) {
+		free(c->server_keys[i].key);
+		free(c->server_keys[i].value);
+	}
+	free(c->server_keys);
+	free(c->dir);
 	free(c->path);
 	free(c);
 }

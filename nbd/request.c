@@ -404,7 +404,9 @@ static int write_unaligned(struct nbdl_export *e, const char *buf,
 
 /*
  * Zero the whole sectors inside first: with FAST_ZERO that is the part that
- * may refuse, and it must refuse before anything has changed.
+ * may refuse, and it must refuse before anything has changed.  The partial
+ * sectors at the edges are written (read-modify-write), which a fast zero
+ * accepts only next to a fast middle.
  */
 static int zero_unaligned(struct nbdl_export *e, uint32_t count, uint64_t off,
 			  unsigned int opf)
@@ -415,6 +417,9 @@ static int zero_unaligned(struct nbdl_export *e, uint32_t count, uint64_t off,
 	int r = 0;
 
 	span_of(off, count, &s);
+	/* Only edges: nothing faster than a write is possible. */
+	if ((opf & REQ_NOFALLBACK) && s.mid_end == s.mid_start)
+		return -EOPNOTSUPP;
 	pthread_mutex_lock(&e->rmw_lock);
 	if (s.mid_end > s.mid_start)
 		r = do_direct(e, opf, NULL, s.mid_start,

@@ -60,6 +60,8 @@ static char *export_name;
 static struct conf *conf;
 static enum ioq_backend backend = IOQ_IO_URING;
 static bool backend_set;
+static enum ioq_backend conf_backend; /* [server] backend = */
+static bool conf_backend_set;
 
 /* What this run serves; a connection's handle points at one of these. */
 static struct nbdl_export *exports;
@@ -316,9 +318,25 @@ static int bio_config_complete(void)
 			     conf_path, export_name);
 		return -1;
 	}
-	/* The command line wins over the file. */
-	if (!backend_set && conf->server.backend_set)
-		backend = conf->server.backend;
+	/*
+	 * Of the [server] section, which configures bionbd, only the
+	 * backend is ours; the command line wins over the file.
+	 */
+	for (unsigned int i = 0; i < conf->nr_server_keys; i++) {
+		const struct conf_kv *kv = &conf->server_keys[i];
+
+		if (strcmp(kv->key, "backend"))
+			continue;
+		if (ioq_backend_parse(kv->value, &conf_backend)) {
+			nbdkit_error("%s:%u: [server] backend=%s: expected "
+				     "io_uring or threads",
+				     conf->path, kv->line, kv->value);
+			return -1;
+		}
+		conf_backend_set = true;
+	}
+	if (!backend_set && conf_backend_set)
+		backend = conf_backend;
 	return 0;
 }
 
@@ -339,7 +357,7 @@ static int probe_backend(void)
 		ioq_destroy(q);
 		return 0;
 	}
-	if (backend_set || (conf && conf->server.backend_set)) {
+	if (backend_set || conf_backend_set) {
 		nbdkit_error("backend=io_uring: %s", strerror(-r));
 		return -1;
 	}

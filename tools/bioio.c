@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include <bionbd/bio.h>
 #include <bionbd/config.h>
 #include <bionbd/ioq.h>
+#include <bionbd/nbdl.h>
 #include <bionbd/target.h>
 #include <bionbd/volume.h>
 
@@ -282,27 +284,19 @@ static int parse_cmd(int argc, char **argv, int *i, struct cmd *c)
 
 /* ---------------------------------------------------------------- running */
 
-static const char *op_name(enum req_op op)
+/* Member errors, worded by the NBD layer as the servers word them. */
+static void log_member_errors(enum nbdl_level level, const char *fmt,
+			      va_list ap)
 {
-	static const char *const names[] = {
-	    [REQ_OP_READ] = "read",
-	    [REQ_OP_WRITE] = "write",
-	    [REQ_OP_FLUSH] = "flush",
-	    [REQ_OP_DISCARD] = "discard",
-	    [REQ_OP_CACHE] = "cache",
-	    [REQ_OP_WRITE_ZEROES] = "write-zeroes",
-	    [REQ_OP_EXTENTS] = "extents",
-	};
-
-	return op < REQ_OP_LAST && names[op] ? names[op] : "op?";
+	if (level == NBDL_DEBUG)
+		return;
+	fputs("bioio: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
 }
 
-static void report_member_error(const struct target *t, enum req_op op,
-				uint64_t offset, uint64_t length, int err)
+static void log_nothing(enum nbdl_level level, const char *fmt, va_list ap)
 {
-	fprintf(stderr, "bioio: member %s: %s %" PRIu64 "+%" PRIu64 ": %s\n",
-		t->name ? t->name : "?", op_name(op), offset, length,
-		strerror(-err));
 }
 
 static void cmd_error(const struct cmd *c, int err)
@@ -689,14 +683,12 @@ int main(int argc, char **argv)
 		free_cmds(cmds, nr_cmds);
 		return 1;
 	}
-	if (!o.quiet_members)
-		target_set_error_reporter(report_member_error);
+	nbdl_set_logger(o.quiet_members ? log_nothing : log_member_errors);
 
 	for (i = 0; i < nr_cmds; i++)
 		if (run_cmd(vol, &cmds[i], &o))
 			failed++;
 
-	target_set_error_reporter(NULL);
 	target_destroy(vol);
 	ioq_destroy(q);
 	bio_pool_drain();

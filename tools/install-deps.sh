@@ -11,7 +11,7 @@ pkgs=(
   nbdkit nbdkit-plugin-dev libnbd-dev
   # tests: real clients and fault injection
   libnbd-bin python3 python3-libnbd qemu-utils fio fuse3 procps util-linux
-  strace
+  strace e2fsprogs
   # benchmarks: the peers and the plots
   nbd-server gnuplot-nox
 )

@@ -278,7 +278,7 @@ check_bytes() {
 }
 
 # stripe_member OFF CHUNK N: the member (0-based) and member offset of
-# volume byte OFF, by the layout rule in DESIGN.md, as "MEMBER MOFF".
+# volume byte OFF, by the layout rule in docs/design.md, as "MEMBER MOFF".
 stripe_member() {
     local off=$1 chunk=$2 n=$3 k
     k=$((off / chunk))
@@ -307,10 +307,6 @@ stripe_member() {
 #                            without serving; its output in $SERVER_ERR
 #   nbd_uri [EXPORT]         URI of the running server (for qemu, nbdcopy,
 #                            fio, nbdinfo)
-#   SERVER_UNALIGNED         what the server does with requests that are
-#                            not 512-byte aligned: "serve" (the plugin:
-#                            correct results) or "reject" (EINVAL, nothing
-#                            changed); tests check whichever it claims
 #   requires_nbdpy           Debian's python3 with libnbd's module (skip)
 #   nbdpy [ARGS...]          run it with tests/e2e on PYTHONPATH, so
 #                            scripts can "import nbd_e2e" (see nbd_e2e.py)
@@ -321,12 +317,6 @@ BIONBD=$BUILD_DIR/server/bionbd
 NBDPY=/usr/bin/python3
 _server_seq=0
 NBD_SOCK='' NBD_URI='' SERVER_PID='' SERVER_LOG='' SERVER_ERR=''
-if [[ -z ${SERVER_UNALIGNED:-} ]]; then
-    case $SERVER in
-    plugin) SERVER_UNALIGNED=serve ;;
-    *) SERVER_UNALIGNED=reject ;;
-    esac
-fi
 
 requires_server() {
     case $SERVER in
@@ -350,7 +340,7 @@ requires_nbdpy() {
 # PATH and lack the nbd module.
 nbdpy() {
     PATH=/usr/bin:$PATH PYTHONPATH=$SRC_DIR/tests/e2e${PYTHONPATH:+:$PYTHONPATH} \
-        TEST_NAME=$test_name UNALIGNED=$SERVER_UNALIGNED "$NBDPY" "$@"
+        TEST_NAME=$test_name "$NBDPY" "$@"
 }
 
 # shellcheck disable=SC2120 # EXPORT is optional

@@ -4,7 +4,7 @@
 Imported by the Python snippets of tests/e2e/test-*.sh, which run under
 Debian's python3 through `nbdpy` (functions.sh).  Everything here is an
 independent model of what the server must do: the stripe layout rule is
-written out again below, from DESIGN.md, and the member files are read with
+written out again below, from docs/design.md, and the member files are read with
 plain os calls, never through the engine.
 """
 import errno

@@ -326,18 +326,7 @@ cases = [
     (errno.ENOSPC, "zero across the end", bad.zero, 8 * K, E),
     (errno.ENOSPC, "zero NO_HOLE past the end", bad.zero, 4 * K, size,
      NO_HOLE),
-    # unaligned
-    (errno.EINVAL, "read at an unaligned offset", bad.pread, 512, 100),
-    (errno.EINVAL, "read of an unaligned length", bad.pread, 100, 0),
-    (errno.EINVAL, "write at an unaligned offset", bad.pwrite,
-     b"\xee" * 512, 256),
-    (errno.EINVAL, "write of an unaligned length", bad.pwrite, b"\xee" * 100,
-     0),
-    (errno.EINVAL, "trim unaligned", bad.trim, 1000, 0),
-    (errno.EINVAL, "zero unaligned", bad.zero, 512, 1),
-    (errno.EINVAL, "cache unaligned", bad.cache, 100, 0),
-    (errno.EINVAL, "block status unaligned", bad.block_status, 100, 0,
-     noop_extents),
+    # (unaligned requests are served: test-volume-commands.sh)
     # flags not defined for the command
     (errno.EINVAL, "read + NO_HOLE", bad.pread, 4 * K, 0, NO_HOLE),
     (errno.EINVAL, "read + REQ_ONE", bad.pread, 4 * K, 0, REQ_ONE),

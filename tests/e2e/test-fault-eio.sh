@@ -144,8 +144,8 @@ bioio: zero 576K 192K: Input/output error
 EOF
     expect_same_file "$d/err.expected" "$d/err.cmds" "$be eio errors"
     # The engine names the failing member, and only that one.
-    expect_grep "^bioio: member $fe: write [0-9]+\+[0-9]+: Input/output error$" "$d/err"
-    expect_grep "^bioio: member $fe: read [0-9]+\+[0-9]+: Input/output error$" "$d/err"
+    expect_grep "^bioio: member $fe: write at offset [0-9]+ length [0-9]+: Input/output error$" "$d/err"
+    expect_grep "^bioio: member $fe: read at offset [0-9]+ length [0-9]+: Input/output error$" "$d/err"
     expect_no_grep "^bioio: member ($m0|$m2):" "$d/err"
 
     # The member files, read directly.  Chunks 0,3,6,9 -> m0; 2,5,8,11 -> m2.
@@ -200,7 +200,7 @@ EOF
     expect_same_file "$d/out.expected" "$d/out" "$be enospc"
     echo "bioio: write 0 768K: No space left on device" >"$d/err.expected"
     expect_same_file "$d/err.expected" "$d/err.cmds" "$be enospc errors"
-    expect_grep "^bioio: member $fs: write [0-9]+\+[0-9]+: No space left on device$" "$d/err"
+    expect_grep "^bioio: member $fs: write at offset [0-9]+ length [0-9]+: No space left on device$" "$d/err"
     expect_no_grep "^bioio: member ($m0|$m2):" "$d/err"
 
     local k member moff

@@ -73,7 +73,7 @@ bioio: write 384K 64K: No space left on device
 EOF
     expect_same_file "$d/err.expected" "$d/err.cmds" "$be exact errors"
     # The engine names the failing member, and only that one.
-    expect_grep "^bioio: member $m0: write [0-9]+\+[0-9]+: No space left on device$" "$d/err"
+    expect_grep "^bioio: member $m0: write at offset [0-9]+ length [0-9]+: No space left on device$" "$d/err"
     expect_no_grep "^bioio: member ($m1|$m2):" "$d/err"
 
     # Precondition: the failed piece really was a short write first.

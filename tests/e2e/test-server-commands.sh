@@ -7,7 +7,7 @@
 # WRITE_ZEROES (+NO_HOLE allocates, FAST_ZERO, FUA), CACHE, BLOCK_STATUS
 # (+REQ_ONE) against the members' SEEK_DATA map; with libnbd's strict mode
 # off: out-of-range (EINVAL for read/trim/cache/block status, ENOSPC for
-# write/zero), unaligned, undefined flags, oversized reads (EINVAL, DF
+# write/zero), undefined flags, oversized reads (EINVAL, DF
 # EOVERFLOW), zero-length requests and block status without a context,
 # each followed by a read on the same connection; requests in flight;
 # multi-conn (write, flush and read on three connections).  Then the same

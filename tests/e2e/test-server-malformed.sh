@@ -7,8 +7,8 @@
 # goes on), malformed INFO/GO/LIST/SET_META_CONTEXT (NBD_REP_ERR_INVALID),
 # too many options, NBD_OPT_ABORT (ACK, close; also with the client gone
 # before the ACK), requests in the GO packet, bad request magic (closed),
-# unknown commands (EINVAL), writes past the end or unaligned with payload
-# (ENOSPC/EINVAL, payload skipped, connection stays), WRITE over 32 MiB
+# unknown commands (EINVAL), writes past the end with payload (ENOSPC or
+# EINVAL, payload skipped, connection stays) and unaligned (served), WRITE over 32 MiB
 # (closed), READ over 32 MiB (EINVAL, DF EOVERFLOW), 1000 pipelined reads,
 # 1000 pipelined writes/reads and five 32 MiB writes in one send (over
 # the in-flight limits), NBD_CMD_DISC with 98 requests in flight (all

@@ -5,8 +5,10 @@
  * One parser serves the nbdkit plugin (conf=FILE, and its file=, stripe-size=
  * ... keys) and the native server (-c FILE, and its --stripe-size ...
  * flags): the file parser and the command-line front ends both feed single
- * keys through conf_export_set()/conf_server_set(), so a key means the same
- * thing and is checked the same way wherever it is written.
+ * keys through conf_export_set(), so a key means the same thing and is
+ * checked the same way wherever it is written.  The [server] section is not
+ * this layer's: its lines are handed over as written (conf->server_keys)
+ * to bionbd, whose one setter checks them and its command-line flags alike.
  *
  * File format (INI, read with libinih; conf/example.conf documents every
  * key):
@@ -46,11 +48,6 @@
 #include <bionbd/target.h>
 #include <bionbd/volume.h>
 
-#define CONF_DEFAULT_LISTEN "127.0.0.1"
-#define CONF_DEFAULT_PORT 10809u
-#define CONF_MAX_THREADS 1024u
-#define CONF_DEFAULT_POLL_US 200u /* busy-poll window cap, microseconds */
-#define CONF_MAX_POLL_US 100000u
 /* The NBD protocol's limit for export names and descriptions. */
 #define CONF_MAX_NAME_BYTES 4096u
 
@@ -67,26 +64,25 @@ struct conf_export {
 	    line; /* line of its [export] header; 0 = not from a file */
 };
 
-/*
- * The [server] section.  Zero/NULL fields were not given: the consumer
- * applies its defaults (CONF_DEFAULT_*) and lets command-line flags win.
- */
-struct conf_server {
-	char *listen; /* address to listen on */
-	unsigned int port;
-	char *socket; /* unix socket path */
-	unsigned int threads;
-	enum ioq_backend backend;
-	bool backend_set;
-	unsigned int poll_us; /* busy-poll window cap; 0 = never poll */
-	bool poll_us_set;
+/* A key = value line of a section the NBD layer does not own. */
+struct conf_kv {
+	char *key;
+	char *value;
+	unsigned int line;
 };
 
 struct conf {
 	char *path;		     /* as given to conf_load(), for messages */
 	struct conf_export *exports; /* in file order; [0] is the default */
 	unsigned int nr_exports;
-	struct conf_server server;
+	char *dir; /* absolute directory of the file; NULL = none */
+	/*
+	 * The [server] section, as written: it configures bionbd's listeners
+	 * and workers, so bionbd checks it (server/options.c); the plugin
+	 * reads only "backend" from it.
+	 */
+	struct conf_kv *server_keys;
+	unsigned int nr_server_keys;
 	bool has_server; /* a [server] section was present */
 };
 
@@ -152,22 +148,21 @@ int conf_export_check(const struct conf_export *e, char *errbuf, size_t errlen);
  */
 void conf_export_volume(const struct conf_export *e, struct volume_config *vc);
 
-/** conf_server_release - free what @s holds. */
-void conf_server_release(struct conf_server *s);
-
-/**
- * conf_server_set - apply one [server] key ("listen", "port", "socket",
- *                   "threads", "backend", "poll-us"); same conventions as
- *                   conf_export_set.
- */
-int conf_server_set(struct conf_server *s, const char *key, const char *value,
-		    char *errbuf, size_t errlen);
-
 /**
  * conf_parse_bool - "true/false", "yes/no", "on/off", "1/0" (any case)
  * Returns 0 or -EINVAL.
  */
 int conf_parse_bool(const char *s, bool *out);
+
+/** conf_set_string - replace *@slot with a copy of @value; 0 or -ENOMEM. */
+int conf_set_string(char **slot, const char *value);
+
+/**
+ * conf_parse_uint - a decimal number in [@min, @max]: no sign, no suffix
+ * Returns 0 or -EINVAL.
+ */
+int conf_parse_uint(const char *s, unsigned int min, unsigned int max,
+		    unsigned int *out);
 
 /**
  * conf_parse_chunk - a stripe size: parse_size() plus the stripe rules

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * conn.h - one client connection, as conn.c (its state machine and socket
+ * I/O), handshake.c, request.c and reply.c see it.
+ */
+#ifndef BIONBD_CONN_H
+#define BIONBD_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ev.h>
+
+#include <bionbd/nbdl.h>
+
+#include "worker.h"
+
+enum conn_state {
+	CS_CLIENT_FLAGS, /* 4 bytes of client flags */
+	CS_OPT_HDR, /* 16-byte option header */
+	CS_OPT_DATA, /* option payload */
+	CS_TRANSMISSION,
+};
+
+struct conn {
+	struct worker *w;
+	struct conn *next, *prev; /* worker's list */
+	struct conn *dirty_next;
+	bool dirty;
+	int fd;
+	ev_io rio, wio;
+	enum conn_state state;
+
+	/* handshake (handshake.c) */
+	uint8_t small[NBD_OPT_HDR_BYTES];
+	uint8_t *optdata;
+	uint32_t need, have; /* bytes wanted / read for the current step */
+	uint32_t opt, optlen;
+	unsigned int nr_opts;
+	bool no_zeroes;
+	const struct nbdl_export *meta_exp; /* export SET_META_CONTEXT named */
+	uint8_t *obuf; /* handshake output */
+	size_t olen, ooff, ocap;
+	bool close_after_send;
+
+	/* transmission */
+	struct nbdl_export *exp;
+	struct nbdl_conn_opts opts;
+	uint8_t hdr[NBD_REQUEST_BYTES];
+	unsigned int hdr_have;
+	struct nbd_req *rx; /* receiving a write payload */
+	bool big_writes; /* last request was a big write: read headers alone */
+	uint8_t *pend; /* unparsed bytes while paused */
+	size_t pend_len;
+	unsigned int inflight;
+	size_t inflight_bytes;
+	bool paused; /* not reading: limit reached */
+	bool draining; /* DISC, EOF or shutdown: finish, then close */
+	bool dead; /* socket failed: never write again */
+	struct nbd_req *oq_head, **oq_tail; /* replies to send, in order */
+};
+
+/*
+ * Queue @c for the end of the loop iteration, when the worker sends its
+ * replies, or frees it if it is done (conn_send_dirty).
+ */
+static inline void conn_mark_dirty(struct conn *c)
+{
+	if (c->dirty)
+		return;
+	c->dirty = true;
+	c->dirty_next = c->w->dirty;
+	c->w->dirty = c;
+}
+
+/* conn.c, for the worker */
+void conn_accept(struct worker *w, int fd);
+void conn_send_dirty(struct worker *w);
+void conn_stop_all(struct worker *w);
+void conn_close_all(struct worker *w);
+
+#endif /* BIONBD_CONN_H */

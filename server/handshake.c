@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: MIT
+/*
+ * handshake.c - what the client's handshake bytes mean: client flags, then
+ * options (EXPORT_NAME, ABORT, LIST, INFO, GO, STRUCTURED_REPLY,
+ * LIST/SET_META_CONTEXT) until one of them starts transmission.  Replies
+ * go to the connection's obuf; conn.c sends them.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "handshake.h"
+#include "wire.h"
+
+/* ---- output ---- */
+
+static int obuf_add(struct conn *c, const void *p, size_t n)
+{
+	/*
+	 * Replies without data (ACK) pass p == NULL: memcpy with a NULL
+	 * pointer is undefined even for 0 bytes, and UBSan stops the server.
+	 */
+	if (!n)
+		return 0;
+	if (c->olen + n > c->ocap) {
+		size_t cap = c->ocap ? c->ocap * 2 : 256;
+		uint8_t *b;
+
+		while (cap < c->olen + n)
+			cap *= 2;
+		b = realloc(c->obuf, cap);
+		if (!b)
+			return -ENOMEM;
+		c->obuf = b;
+		c->ocap = cap;
+	}
+	memcpy(c->obuf + c->olen, p, n);
+	c->olen += n;
+	return 0;
+}
+
+static int opt_reply_hdr(struct conn *c, uint32_t type, uint32_t len)
+{
+	uint8_t h[OREP_BYTES];
+
+	put64(h + OREP_MAGIC, NBD_REP_MAGIC);
+	put32(h + OREP_OPTION, c->opt);
+	put32(h + OREP_TYPE, type);
+	put32(h + OREP_LEN, len);
+	return obuf_add(c, h, sizeof(h));
+}
+
+static int opt_reply(struct conn *c, uint32_t type, const void *data,
+		     uint32_t len)
+{
+	int r = opt_reply_hdr(c, type, len);
+
+	return r ? r : obuf_add(c, data, len);
+}
+
+static int opt_error(struct conn *c, uint32_t type, const char *msg)
+{
+	return opt_reply(c, type, msg, (uint32_t)strlen(msg));
+}
+
+/* An NBD_REP_INFO of @type carrying a string. */
+static int info_string(struct conn *c, uint16_t type, const char *s)
+{
+	uint32_t n = (uint32_t)strlen(s);
+	uint8_t t[2];
+	int r;
+
+	put16(t, type);
+	r = opt_reply_hdr(c, NBD_REP_INFO, 2 + n);
+	r = r ?: obuf_add(c, t, 2);
+	return r ?: obuf_add(c, s, n);
+}
+
+/* ---- options ---- */
+
+static struct nbdl_export *find_export(struct conn *c, const uint8_t *name,
+				       uint32_t len)
+{
+	struct server *srv = c->w->srv;
+
+	if (len > NBD_MAX_STRING)
+		return NULL;
+	return nbdl_export_find(srv->exports, srv->nr_exports, name, len);
+}
+
+static void enter_transmission(struct conn *c, struct nbdl_export *e)
+{
+	c->exp = e;
+	if (c->meta_exp != e)
+		c->opts.meta_alloc = false;
+	c->state = CS_TRANSMISSION;
+	c->hdr_have = 0;
+}
+
+static int opt_export_name(struct conn *c)
+{
+	struct nbdl_export *e = find_export(c, c->optdata, c->optlen);
+	uint8_t reply[EXPNAME_BYTES + EXPNAME_ZEROES];
+
+	if (!e) {
+		/* The option has no error reply: the spec says hang up. */
+		c->close_after_send = true;
+		return 0;
+	}
+	memset(reply, 0, sizeof(reply));
+	put64(reply + EXPNAME_SIZE, e->size_bytes);
+	put16(reply + EXPNAME_FLAGS,
+	      nbdl_transmission_flags(e, c->opts.structured));
+	enter_transmission(c, e);
+	return obuf_add(c, reply,
+			c->no_zeroes ? EXPNAME_BYTES : sizeof(reply));
+}
+
+static int opt_info_go(struct conn *c)
+{
+	const uint8_t *d = c->optdata;
+	uint32_t namelen, len = c->optlen;
+	uint16_t nreq;
+	bool want_name = false, want_desc = false;
+	struct nbdl_export *e;
+	uint8_t info[INFO_BS_BYTES];
+	int r;
+
+	if (len < 6)
+		return opt_error(c, NBD_REP_ERR_INVALID, "option too short");
+	namelen = get32(d);
+	if (namelen > len - 6)
+		return opt_error(c, NBD_REP_ERR_INVALID, "bad name length");
+	nreq = get16(d + 4 + namelen);
+	if ((uint64_t)namelen + 6 + 2u * nreq != len)
+		return opt_error(c, NBD_REP_ERR_INVALID,
+				 "option length does not match its contents");
+	if (namelen > NBD_MAX_STRING)
+		return opt_error(c, NBD_REP_ERR_INVALID, "export name too long");
+	for (unsigned int i = 0; i < nreq; i++) {
+		uint16_t t = get16(d + 6 + namelen + 2 * i);
+
+		if (t == NBD_INFO_NAME)
+			want_name = true;
+		else if (t == NBD_INFO_DESCRIPTION)
+			want_desc = true;
+	}
+	e = find_export(c, d + 4, namelen);
+	if (!e)
+		return opt_error(c, NBD_REP_ERR_UNKNOWN, "unknown export");
+
+	put16(info + INFO_TYPE, NBD_INFO_EXPORT);
+	put64(info + INFO_EXPORT_SIZE, e->size_bytes);
+	put16(info + INFO_EXPORT_FLAGS,
+	      nbdl_transmission_flags(e, c->opts.structured));
+	r = opt_reply(c, NBD_REP_INFO, info, INFO_EXPORT_BYTES);
+	if (!r && want_name)
+		r = info_string(c, NBD_INFO_NAME, e->name);
+	if (!r && want_desc && e->description)
+		r = info_string(c, NBD_INFO_DESCRIPTION, e->description);
+	if (!r) {
+		/* Always sent: clients that did not ask may still use it. */
+		put16(info + INFO_TYPE, NBD_INFO_BLOCK_SIZE);
+		put32(info + INFO_BS_MIN, NBDL_MIN_BLOCK);
+		put32(info + INFO_BS_PREF, NBDL_PREF_BLOCK);
+		put32(info + INFO_BS_MAX, NBDL_MAX_PAYLOAD);
+		r = opt_reply(c, NBD_REP_INFO, info, INFO_BS_BYTES);
+	}
+	r = r ?: opt_reply(c, NBD_REP_ACK, NULL, 0);
+	if (!r && c->opt == NBD_OPT_GO)
+		enter_transmission(c, e);
+	return r;
+}
+
+static int opt_list(struct conn *c)
+{
+	struct server *srv = c->w->srv;
+	uint8_t len[4];
+	int r = 0;
+
+	if (c->optlen)
+		return opt_error(c, NBD_REP_ERR_INVALID,
+				 "NBD_OPT_LIST takes no data");
+	for (unsigned int i = 0; i < srv->nr_exports && !r; i++) {
+		const struct nbdl_export *e = &srv->exports[i];
+		uint32_t n = (uint32_t)strlen(e->name);
+		uint32_t dn = e->description ? (uint32_t)strlen(e->description) :
+					       0;
+
+		put32(len, n);
+		r = opt_reply_hdr(c, NBD_REP_SERVER, 4 + n + dn);
+		r = r ?: obuf_add(c, len, 4);
+		r = r ?: obuf_add(c, e->name, n);
+		if (dn)
+			r = r ?: obuf_add(c, e->description, dn);
+	}
+	return r ?: opt_reply(c, NBD_REP_ACK, NULL, 0);
+}
+
+static int meta_reply(struct conn *c, uint32_t id)
+{
+	static const char name[] = "base:allocation";
+	uint8_t idb[4];
+	int r;
+
+	put32(idb, id);
+	r = opt_reply_hdr(c, NBD_REP_META_CONTEXT, 4 + sizeof(name) - 1);
+	r = r ?: obuf_add(c, idb, 4);
+	return r ?: obuf_add(c, name, sizeof(name) - 1);
+}
+
+static int opt_meta_context(struct conn *c)
+{
+	const uint8_t *d = c->optdata, *end = c->optdata + c->optlen, *p;
+	bool set = c->opt == NBD_OPT_SET_META_CONTEXT;
+	bool match = false;
+	const struct nbdl_export *e;
+	uint32_t namelen, nq;
+
+	if (set) {
+		/* Replaces earlier selections even when it fails. */
+		c->opts.meta_alloc = false;
+		c->meta_exp = NULL;
+	}
+	if (!c->opts.structured)
+		return opt_error(c, NBD_REP_ERR_INVALID,
+				 "negotiate structured replies first");
+	if (c->optlen < 8)
+		return opt_error(c, NBD_REP_ERR_INVALID, "option too short");
+	namelen = get32(d);
+	if (namelen > c->optlen - 8)
+		return opt_error(c, NBD_REP_ERR_INVALID, "bad name length");
+	e = find_export(c, d + 4, namelen);
+	d += 4 + namelen;
+	nq = get32(d);
+	d += 4;
+	/* Check the whole query list before answering any of it. */
+	p = d;
+	for (uint32_t i = 0; i < nq; i++) {
+		uint32_t ql;
+
+		if (end - p < 4 || get32(p) > (size_t)(end - p) - 4)
+			return opt_error(c, NBD_REP_ERR_INVALID,
+					 "query list does not match its length");
+		ql = get32(p);
+		if (!memchr(p + 4, ':', ql))
+			return opt_error(c, NBD_REP_ERR_INVALID,
+					 "query without a namespace");
+		p += 4 + ql;
+	}
+	if (p != end)
+		return opt_error(c, NBD_REP_ERR_INVALID,
+				 "query list does not match its length");
+	if (!e)
+		return opt_error(c, NBD_REP_ERR_UNKNOWN, "unknown export");
+
+	/* LIST with no query lists everything; SET selects nothing. */
+	if (!nq)
+		match = !set;
+	for (uint32_t i = 0; i < nq; i++) {
+		uint32_t ql = get32(d);
+		const char *q = (const char *)d + 4;
+
+		if (ql == 15 && !memcmp(q, "base:allocation", 15))
+			match = true;
+		else if (!set && ql == 5 && !memcmp(q, "base:", 5))
+			match = true;
+		d += 4 + ql;
+	}
+	if (match) {
+		int r = meta_reply(c, set ? 1 : 0);
+
+		if (r)
+			return r;
+	}
+	if (set) {
+		c->meta_exp = e;
+		c->opts.meta_alloc = match;
+	}
+	return opt_reply(c, NBD_REP_ACK, NULL, 0);
+}
+
+static int handle_option(struct conn *c)
+{
+	if (c->w->stopping)
+		return opt_error(c, NBD_REP_ERR_SHUTDOWN,
+				 "server is shutting down");
+	switch (c->opt) {
+	case NBD_OPT_EXPORT_NAME:
+		return opt_export_name(c);
+	case NBD_OPT_ABORT:
+		c->close_after_send = true;
+		return opt_reply(c, NBD_REP_ACK, NULL, 0);
+	case NBD_OPT_LIST:
+		return opt_list(c);
+	case NBD_OPT_INFO:
+	case NBD_OPT_GO:
+		return opt_info_go(c);
+	case NBD_OPT_STRUCTURED_REPLY:
+		if (c->optlen)
+			return opt_error(c, NBD_REP_ERR_INVALID,
+					 "NBD_OPT_STRUCTURED_REPLY takes no data");
+		c->opts.structured = true;
+		return opt_reply(c, NBD_REP_ACK, NULL, 0);
+	case NBD_OPT_LIST_META_CONTEXT:
+	case NBD_OPT_SET_META_CONTEXT:
+		return opt_meta_context(c);
+	default:
+		return opt_error(c, NBD_REP_ERR_UNSUP, "option not supported");
+	}
+}
+
+/* ---- steps ---- */
+
+int hs_start(struct conn *c)
+{
+	uint8_t greet[GREET_BYTES];
+
+	put64(greet + GREET_MAGIC, NBD_MAGIC);
+	put64(greet + GREET_IHAVEOPT, NBD_IHAVEOPT);
+	put16(greet + GREET_FLAGS,
+	      NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES);
+	c->state = CS_CLIENT_FLAGS;
+	c->need = CLIENT_FLAGS_BYTES;
+	return obuf_add(c, greet, sizeof(greet));
+}
+
+int hs_step(struct conn *c)
+{
+	uint32_t cflags;
+	int r;
+
+	switch (c->state) {
+	case CS_CLIENT_FLAGS:
+		cflags = get32(c->small);
+		/* Old-style clients and unknown flags: hang up. */
+		if (!(cflags & NBD_FLAG_C_FIXED_NEWSTYLE) ||
+		    (cflags & ~(NBD_FLAG_C_FIXED_NEWSTYLE |
+				NBD_FLAG_C_NO_ZEROES)))
+			return -EPROTO;
+		c->no_zeroes = cflags & NBD_FLAG_C_NO_ZEROES;
+		c->state = CS_OPT_HDR;
+		c->need = NBD_OPT_HDR_BYTES;
+		return 0;
+	case CS_OPT_HDR:
+		if (get64(c->small + OPT_MAGIC) != NBD_IHAVEOPT ||
+		    ++c->nr_opts > SRV_MAX_OPTIONS)
+			return -EPROTO;
+		c->opt = get32(c->small + OPT_OPTION);
+		c->optlen = get32(c->small + OPT_LEN);
+		if (c->optlen > SRV_MAX_OPTION_BYTES)
+			return -EPROTO; /* absurd: not worth reading */
+		free(c->optdata);
+		c->optdata = c->optlen ? malloc(c->optlen) : NULL;
+		if (c->optlen && !c->optdata)
+			return -ENOMEM;
+		c->state = CS_OPT_DATA;
+		c->need = c->optlen;
+		if (c->need)
+			return 0;
+		/* No data to read: handle it now. */
+		__attribute__((fallthrough));
+	case CS_OPT_DATA:
+		c->state = CS_OPT_HDR;
+		c->need = NBD_OPT_HDR_BYTES;
+		r = handle_option(c);
+		free(c->optdata);
+		c->optdata = NULL;
+		return r;
+	default:
+		return 0;
+	}
+}

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: MIT
+/*
+ * listener.c - listening sockets and accepting (listener.h).
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "listener.h"
+#include "worker.h"
+
+#define MAX_LISTENERS 16
+
+struct listener {
+	ev_io io;
+	int fd;
+	bool tcp;
+};
+
+static struct listener listeners[MAX_LISTENERS];
+static int nr_listeners;
+static char *unix_path_bound;
+static struct server *server;
+static unsigned int next_worker;
+
+static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct listener *l = container_of(io, struct listener, io);
+
+	for (;;) {
+		int one = 1, sndbuf = SRV_UNIX_SNDBUF;
+		int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return; /* EAGAIN, or out of fds: try on the next event */
+		}
+		if (l->tcp)
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
+				   sizeof(one));
+		else
+			/*
+			 * A unix socket queues only sk_sndbuf of replies
+			 * (~200K by default), so a 1 MiB read went out in
+			 * five sends, each waiting for the client to wake
+			 * and drain.  The kernel caps this at wmem_max; TCP
+			 * is left to autotuning, which setting it would turn
+			 * off.
+			 */
+			setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf,
+				   sizeof(sndbuf));
+		worker_hand_off(&server->workers[next_worker++ %
+						 server->nr_workers],
+				fd);
+	}
+}
+
+static int add_listener(int fd, bool tcp, char *errbuf, size_t errlen)
+{
+	struct listener *l;
+
+	if (nr_listeners == MAX_LISTENERS) {
+		close(fd);
+		snprintf(errbuf, errlen, "more than %d listening addresses",
+			 MAX_LISTENERS);
+		return -EMFILE;
+	}
+	l = &listeners[nr_listeners++];
+	l->fd = fd;
+	l->tcp = tcp;
+	ev_io_init(&l->io, accept_cb, fd, EV_READ);
+	return 0;
+}
+
+int listen_tcp(const char *addr, const char *port, char *errbuf,
+	       size_t errlen)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC,
+				  .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE };
+	struct addrinfo *res, *ai;
+	int r, bound = 0;
+
+	r = getaddrinfo(addr, port, &hints, &res);
+	if (r) {
+		snprintf(errbuf, errlen, "listen %s port %s: %s", addr, port,
+			 gai_strerror(r));
+		return -EINVAL;
+	}
+	for (ai = res; ai; ai = ai->ai_next) {
+		int one = 1;
+		int fd = socket(ai->ai_family,
+				ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+				ai->ai_protocol);
+
+		if (fd < 0)
+			continue;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (ai->ai_family == AF_INET6)
+			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one,
+				   sizeof(one));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 1024)) {
+			r = -errno;
+			close(fd);
+			freeaddrinfo(res);
+			snprintf(errbuf, errlen, "listen %s port %s: %s", addr,
+				 port, strerror(-r));
+			return r;
+		}
+		r = add_listener(fd, true, errbuf, errlen);
+		if (r) {
+			freeaddrinfo(res);
+			return r;
+		}
+		bound++;
+	}
+	freeaddrinfo(res);
+	if (!bound) {
+		snprintf(errbuf, errlen, "listen %s port %s: no usable address",
+			 addr, port);
+		return -EADDRNOTAVAIL;
+	}
+	return 0;
+}
+
+int listen_unix(const char *path, char *errbuf, size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd, r;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		snprintf(errbuf, errlen, "unix socket %s: path too long", path);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, path);
+	/* A socket left behind by a killed server is replaced, nothing else. */
+	if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+		unlink(path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    listen(fd, 1024)) {
+		r = -errno;
+		if (fd >= 0)
+			close(fd);
+		snprintf(errbuf, errlen, "unix socket %s: %s", path,
+			 strerror(-r));
+		return r;
+	}
+	unix_path_bound = strdup(path);
+	return add_listener(fd, false, errbuf, errlen);
+}
+
+void listeners_start(struct ev_loop *loop, struct server *srv)
+{
+	server = srv;
+	for (int i = 0; i < nr_listeners; i++)
+		ev_io_start(loop, &listeners[i].io);
+}
+
+void listeners_close(struct ev_loop *loop)
+{
+	for (int i = 0; i < nr_listeners; i++) {
+		ev_io_stop(loop, &listeners[i].io);
+		close(listeners[i].fd);
+	}
+	nr_listeners = 0;
+	if (unix_path_bound) {
+		unlink(unix_path_bound);
+		free(unix_path_bound);
+		unix_path_bound = NULL;
+	}
+}

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * listener.h - the listening sockets, on the main thread's loop; each
+ * accepted socket goes round-robin to a worker and stays there.
+ */
+#ifndef BIONBD_LISTENER_H
+#define BIONBD_LISTENER_H
+
+#include <stddef.h>
+
+#include <ev.h>
+
+#include "server.h"
+
+/**
+ * listen_tcp / listen_unix - bind and listen; returns 0 or -errno with a
+ * one-line message.  A unix socket path that holds a socket is replaced;
+ * anything else there is an error.
+ */
+int listen_tcp(const char *addr, const char *port, char *errbuf,
+	       size_t errlen);
+int listen_unix(const char *path, char *errbuf, size_t errlen);
+
+/** listeners_start - accept on @loop, handing sockets to @srv's workers. */
+void listeners_start(struct ev_loop *loop, struct server *srv);
+
+/** listeners_close - stop accepting; remove the unix socket file. */
+void listeners_close(struct ev_loop *loop);
+
+#endif /* BIONBD_LISTENER_H */

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: MIT
+/*
+ * options.c - the one setter for bionbd's own settings (options.h).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <bionbd/config.h>
+
+#include "options.h"
+
+void srv_options_init(struct srv_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->backend = IOQ_IO_URING;
+	o->poll_us = SRV_DEFAULT_POLL_US;
+}
+
+void srv_options_release(struct srv_options *o)
+{
+	free(o->listen);
+	free(o->port);
+	free(o->socket);
+	memset(o, 0, sizeof(*o));
+}
+
+int srv_option_set(struct srv_options *o, const char *key, const char *value,
+		   char *why, size_t whylen)
+{
+	unsigned int n;
+
+	if (!strcmp(key, "listen") || !strcmp(key, "socket")) {
+		if (!*value) {
+			snprintf(why, whylen, "empty value");
+			return -EINVAL;
+		}
+		return conf_set_string(key[0] == 'l' ? &o->listen : &o->socket,
+				  value);
+	}
+	if (!strcmp(key, "port")) {
+		if (conf_parse_uint(value, 1, 65535, &n)) {
+			snprintf(why, whylen, "expected a port number 1..65535");
+			return -EINVAL;
+		}
+		return conf_set_string(&o->port, value);
+	}
+	if (!strcmp(key, "threads")) {
+		if (conf_parse_uint(value, 1, SRV_MAX_THREADS, &n)) {
+			snprintf(why, whylen, "expected a number 1..%u",
+				 SRV_MAX_THREADS);
+			return -EINVAL;
+		}
+		o->threads = n;
+		return 0;
+	}
+	if (!strcmp(key, "backend")) {
+		if (ioq_backend_parse(value, &o->backend)) {
+			snprintf(why, whylen, "expected io_uring or threads");
+			return -EINVAL;
+		}
+		return 0;
+	}
+	if (!strcmp(key, "poll-us")) {
+		if (conf_parse_uint(value, 0, SRV_MAX_POLL_US, &n)) {
+			snprintf(why, whylen, "expected microseconds 0..%u",
+				 SRV_MAX_POLL_US);
+			return -EINVAL;
+		}
+		o->poll_us = n;
+		return 0;
+	}
+	snprintf(why, whylen,
+		 "unknown key (server keys: listen, port, socket, threads, "
+		 "backend, poll-us)");
+	return -ENOENT;
+}

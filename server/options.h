@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * options.h - bionbd's own settings (listeners, workers, backend,
+ * busy-polling): the [server] section of a config file and the command-line
+ * flags go through the one setter, so a value means the same and is
+ * checked the same way wherever it is written.  Export settings are the NBD
+ * layer's (config.h).
+ */
+#ifndef BIONBD_OPTIONS_H
+#define BIONBD_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <bionbd/ioq.h>
+
+#define SRV_DEFAULT_LISTEN "127.0.0.1"
+#define SRV_DEFAULT_PORT "10809"
+#define SRV_MAX_THREADS 1024u
+#define SRV_DEFAULT_POLL_US 200u /* busy-poll window cap, microseconds */
+#define SRV_MAX_POLL_US 100000u
+
+struct srv_options {
+	char *listen; /* address; NULL = not given */
+	char *port; /* as given (checked); NULL = not given */
+	char *socket; /* unix socket path; NULL = none */
+	unsigned int threads; /* 0 = one per CPU */
+	enum ioq_backend backend;
+	unsigned int poll_us;
+};
+
+/* Defaults: nothing given, backend io_uring, poll-us 200. */
+void srv_options_init(struct srv_options *o);
+
+void srv_options_release(struct srv_options *o);
+
+/**
+ * srv_option_set - apply one setting: "listen", "port", "socket",
+ *                  "threads", "backend", "poll-us"
+ * @why: on -EINVAL, what is wrong with @value (callers name the key or
+ *       flag, and the file and line)
+ *
+ * Later calls overwrite earlier ones, which is how flags win over the file.
+ * Returns 0, -EINVAL, -ENOENT (unknown key) or -ENOMEM.
+ */
+int srv_option_set(struct srv_options *o, const char *key, const char *value,
+		   char *why, size_t whylen);
+
+#endif /* BIONBD_OPTIONS_H */

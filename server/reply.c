@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: MIT
+/*
+ * reply.c - the reply to a finished (or refused) request: header and data
+ * iovecs that point at the request's own buffer, so a read's data is never
+ * copied, queued in order on the connection for its next send.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "request.h"
+#include "wire.h"
+
+static void reply_simple(struct nbd_req *r, bool with_data)
+{
+	put32(r->hdr + SREP_MAGIC, NBD_SIMPLE_REPLY_MAGIC);
+	put32(r->hdr + SREP_ERROR, r->err);
+	put64(r->hdr + SREP_COOKIE, r->cookie);
+	r->iov[0] = (struct iovec){ r->hdr, NBD_SIMPLE_REPLY_BYTES };
+	r->niov = 1;
+	if (with_data && !r->err && r->len)
+		r->iov[r->niov++] = (struct iovec){ r->buf, r->len };
+}
+
+static uint8_t *chunk_hdr(struct nbd_req *r, uint8_t *h, uint16_t flags,
+			  uint16_t type, uint32_t len)
+{
+	put32(h + CHUNK_MAGIC, NBD_STRUCTURED_REPLY_MAGIC);
+	put16(h + CHUNK_FLAGS, flags);
+	put16(h + CHUNK_TYPE, type);
+	put64(h + CHUNK_COOKIE, r->cookie);
+	put32(h + CHUNK_LEN, len);
+	return h + NBD_CHUNK_HDR_BYTES;
+}
+
+static void reply_error_chunk(struct nbd_req *r)
+{
+	uint8_t *p = chunk_hdr(r, r->hdr, NBD_REPLY_FLAG_DONE,
+			       NBD_REPLY_TYPE_ERROR, CHUNK_ERROR_BYTES);
+
+	put32(p, r->err);
+	put16(p + 4, 0);
+	r->iov[0] = (struct iovec){ r->hdr,
+				    NBD_CHUNK_HDR_BYTES + CHUNK_ERROR_BYTES };
+	r->niov = 1;
+}
+
+static bool is_zero(const uint8_t *p, size_t n)
+{
+	static const uint8_t z[16];
+
+	if (n < 16)
+		return !memcmp(p, z, n);
+	/* Compare the buffer with itself shifted: zero if the head is. */
+	return !memcmp(p, z, 16) && !memcmp(p, p + 16, n - 16);
+}
+
+/*
+ * A structured read reply: data chunks, with all-zero 4 KiB runs sent as
+ * hole chunks (no payload).  DF asks for a single content chunk.
+ */
+static void reply_read_structured(struct nbd_req *r)
+{
+	struct {
+		uint32_t off, len;
+		bool hole;
+	} run[SRV_READ_CHUNKS];
+	const uint8_t *buf = r->buf;
+	unsigned int nr = 0, i;
+	uint8_t *h = r->hdr;
+
+	if (r->len == 0) {
+		chunk_hdr(r, h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, 0);
+		r->iov[0] = (struct iovec){ h, NBD_CHUNK_HDR_BYTES };
+		r->niov = 1;
+		return;
+	}
+	if (r->flags & NBD_CMD_FLAG_DF) {
+		run[0] = (typeof(run[0])){ 0, r->len, is_zero(buf, r->len) };
+		nr = 1;
+	} else {
+		for (uint32_t off = 0; off < r->len;) {
+			uint32_t n = r->len - off < 4096 ? r->len - off : 4096;
+			bool hole = n == 4096 && is_zero(buf + off, n);
+
+			if (nr && run[nr - 1].hole == hole) {
+				run[nr - 1].len += n;
+			} else if (nr == SRV_READ_CHUNKS) {
+				/* Too fragmented: one data chunk for all. */
+				run[0] = (typeof(run[0])){ 0, r->len, false };
+				nr = 1;
+				break;
+			} else {
+				run[nr++] = (typeof(run[0])){ off, n, hole };
+			}
+			off += n;
+		}
+	}
+	r->niov = 0;
+	for (i = 0; i < nr; i++) {
+		uint16_t fl = i + 1 == nr ? NBD_REPLY_FLAG_DONE : 0;
+		uint8_t *p;
+
+		if (run[i].hole) {
+			p = chunk_hdr(r, h, fl, NBD_REPLY_TYPE_OFFSET_HOLE,
+				      CHUNK_OFFSET_HOLE_BYTES);
+			put64(p, r->offset + run[i].off);
+			put32(p + 8, run[i].len);
+			r->iov[r->niov++] = (struct iovec){
+				h, NBD_CHUNK_HDR_BYTES + CHUNK_OFFSET_HOLE_BYTES
+			};
+			h += NBD_CHUNK_HDR_BYTES + CHUNK_OFFSET_HOLE_BYTES;
+		} else {
+			p = chunk_hdr(r, h, fl, NBD_REPLY_TYPE_OFFSET_DATA,
+				      CHUNK_OFFSET_DATA_BYTES + run[i].len);
+			put64(p, r->offset + run[i].off);
+			r->iov[r->niov++] = (struct iovec){
+				h, NBD_CHUNK_HDR_BYTES + CHUNK_OFFSET_DATA_BYTES
+			};
+			r->iov[r->niov++] = (struct iovec){
+				(uint8_t *)buf + run[i].off, run[i].len
+			};
+			h += NBD_CHUNK_HDR_BYTES + CHUNK_OFFSET_DATA_BYTES;
+		}
+	}
+}
+
+/* r->ext is the NBD layer's finished answer: from r->offset, no gaps. */
+static void reply_block_status(struct nbd_req *r)
+{
+	size_t n = r->ext.nr, bytes;
+	uint8_t *p;
+
+	bytes = CHUNK_BS_CONTEXT_BYTES + CHUNK_BS_DESC_BYTES * n;
+	r->desc = malloc(bytes);
+	if (!r->desc || !n) {
+		r->err = NBD_EIO;
+		reply_error_chunk(r);
+		return;
+	}
+	put32(r->desc, 1); /* the base:allocation context id */
+	p = r->desc + CHUNK_BS_CONTEXT_BYTES;
+	for (size_t i = 0; i < n; i++) {
+		put32(p, (uint32_t)r->ext.v[i].length);
+		put32(p + 4,
+		      r->ext.v[i].flags & (NBD_STATE_HOLE | NBD_STATE_ZERO));
+		p += CHUNK_BS_DESC_BYTES;
+	}
+	chunk_hdr(r, r->hdr, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS,
+		  (uint32_t)bytes);
+	r->iov[0] = (struct iovec){ r->hdr, NBD_CHUNK_HDR_BYTES };
+	r->iov[1] = (struct iovec){ r->desc, bytes };
+	r->niov = 2;
+}
+
+void reply_queue(struct nbd_req *r)
+{
+	struct conn *c = r->c;
+
+	if (r->type == NBD_CMD_READ) {
+		if (!c->opts.structured)
+			reply_simple(r, true);
+		else if (r->err)
+			reply_error_chunk(r);
+		else
+			reply_read_structured(r);
+	} else if (r->type == NBD_CMD_BLOCK_STATUS && c->opts.structured) {
+		if (r->err)
+			reply_error_chunk(r);
+		else
+			reply_block_status(r);
+	} else {
+		reply_simple(r, false);
+	}
+	r->next = NULL;
+	*c->oq_tail = r;
+	c->oq_tail = &r->next;
+	conn_mark_dirty(c);
+}

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: MIT
+/*
+ * request.c - one NBD request: parse its header, check it (the NBD layer's
+ * rules), and carry it out: a direct request becomes one bio submitted to
+ * the export's volume, whose completion queues the reply; an unaligned one
+ * is done at once with nbdl_do() (read-modify-write under the export's
+ * lock, see nbdl.h), which only misbehaving clients ever ask for.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "request.h"
+#include "wire.h"
+
+/* ---- lifetime ---- */
+
+static struct nbd_req *req_get(struct conn *c)
+{
+	struct worker *w = c->w;
+	struct nbd_req *r = w->free_reqs;
+
+	if (r)
+		w->free_reqs = r->next;
+	else if (!(r = malloc(sizeof(*r))))
+		return NULL;
+	r->next = NULL;
+	r->c = c;
+	r->err = 0;
+	r->buf = NULL;
+	r->have = 0;
+	r->desc = NULL;
+	r->ext = (struct bio_extents){ 0 };
+	r->niov = r->iov_idx = 0;
+	c->inflight++;
+	return r;
+}
+
+void req_free(struct nbd_req *r)
+{
+	struct conn *c = r->c;
+	struct worker *w = c->w;
+
+	if (r->buf) {
+		buf_put(&w->bufs, r->buf, r->buf_class);
+		c->inflight_bytes -= buf_class_bytes(r->buf_class);
+	}
+	free(r->desc);
+	bio_extents_free(&r->ext);
+	c->inflight--;
+	r->next = w->free_reqs;
+	w->free_reqs = r;
+}
+
+void req_cache_drain(struct worker *w)
+{
+	while (w->free_reqs) {
+		struct nbd_req *r = w->free_reqs;
+
+		w->free_reqs = r->next;
+		free(r);
+	}
+}
+
+static int req_alloc_buf(struct nbd_req *r, uint32_t len)
+{
+	struct conn *c = r->c;
+
+	r->buf = buf_get(&c->w->bufs, len, &r->buf_class);
+	if (!r->buf)
+		return -ENOMEM;
+	c->inflight_bytes += buf_class_bytes(r->buf_class);
+	return 0;
+}
+
+/* ---- parsing ---- */
+
+int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
+{
+	struct nbd_req *r;
+
+	if (get32(h + REQ_MAGIC) != NBD_REQUEST_MAGIC)
+		return -EPROTO; /* lost framing: nothing else is safe */
+	if (get16(h + REQ_TYPE) == NBD_CMD_DISC)
+		return REQ_DISC;
+	r = req_get(c);
+	if (!r)
+		return -ENOMEM;
+	r->flags = get16(h + REQ_FLAGS);
+	r->type = get16(h + REQ_TYPE);
+	r->cookie = get64(h + REQ_COOKIE);
+	r->offset = get64(h + REQ_OFFSET);
+	r->len = get32(h + REQ_LEN);
+	r->err = nbdl_req_check(c->exp, &c->opts, r->type, r->flags, r->offset,
+				r->len);
+	if (r->type == NBD_CMD_WRITE) {
+		/* The payload comes whether or not the request is valid. */
+		if (r->len > NBDL_MAX_PAYLOAD) {
+			/* Too big to buffer, unsafe to skip: hang up. */
+			req_free(r);
+			return -EPROTO;
+		}
+		if (r->len && req_alloc_buf(r, r->len)) {
+			req_free(r);
+			return -ENOMEM;
+		}
+	} else if (r->type == NBD_CMD_READ && !r->err && r->len) {
+		if (req_alloc_buf(r, r->len))
+			r->err = NBD_ENOMEM;
+	}
+	*out = r;
+	return 0;
+}
+
+/* ---- carrying out ---- */
+
+static void req_endio(struct bio *bio)
+{
+	struct nbd_req *r = bio->bi_private;
+	int err = bio->bi_status;
+
+	bio_put(bio);
+	if (!err && r->type == NBD_CMD_BLOCK_STATUS)
+		err = nbdl_extents_finish(&r->ext, r->offset, r->offset,
+					  r->len,
+					  r->flags & NBD_CMD_FLAG_REQ_ONE ?
+						  1 :
+						  SRV_MAX_EXTENTS);
+	r->err = nbdl_errno_to_nbd(err, r->type, r->flags);
+	reply_queue(r);
+}
+
+void req_run(struct nbd_req *r)
+{
+	struct nbdl_export *e = r->c->exp;
+	struct bio *bio;
+	int err;
+
+	if (r->err || (r->len == 0 && r->type != NBD_CMD_FLUSH)) {
+		reply_queue(r);
+		return;
+	}
+	if (!nbdl_is_direct(r->type, r->offset, r->len)) {
+		err = nbdl_do(e, r->type, r->flags, r->buf, r->offset, r->len,
+			      &r->ext, SRV_MAX_EXTENTS);
+		r->err = nbdl_errno_to_nbd(err, r->type, r->flags);
+		reply_queue(r);
+		return;
+	}
+	bio = nbdl_bio_alloc(r->type, r->flags, r->buf, r->offset, r->len,
+			     &r->ext);
+	if (!bio) {
+		r->err = NBD_ENOMEM;
+		reply_queue(r);
+		return;
+	}
+	bio->bi_private = r;
+	bio->bi_end_io = req_endio;
+	submit_bio(e->vol, bio);
+}

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * request.h - one NBD request in transmission, from its header to its
+ * reply: request.c parses, checks and carries it out (the NBD layer turns
+ * it into a bio), reply.c writes the reply and queues it on the
+ * connection.
+ */
+#ifndef BIONBD_REQUEST_H
+#define BIONBD_REQUEST_H
+
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include <bionbd/bio.h>
+
+#include "conn.h"
+
+/* Reply header space: a structured read has up to SRV_READ_CHUNKS chunks. */
+#define REQ_HDR_BYTES (SRV_READ_CHUNKS * (NBD_CHUNK_HDR_BYTES + 12) + 32)
+#define REQ_IOVS (2 * SRV_READ_CHUNKS + 2)
+
+struct nbd_req {
+	struct nbd_req *next;
+	struct conn *c;
+	uint64_t cookie;
+	uint64_t offset;
+	uint32_t len;
+	uint16_t type;
+	uint16_t flags;
+	uint32_t err; /* NBD error value, 0 = success */
+	void *buf; /* payload, from the worker's buffer cache */
+	unsigned int buf_class;
+	uint32_t have; /* payload bytes received so far */
+	struct bio_extents ext; /* block status answer */
+	uint8_t *desc; /* block status payload (malloc) */
+	/* reply, as sent */
+	unsigned int niov, iov_idx;
+	struct iovec iov[REQ_IOVS];
+	uint8_t hdr[REQ_HDR_BYTES];
+};
+
+enum {
+	REQ_DISC = 1, /* req_begin: NBD_CMD_DISC */
+};
+
+/**
+ * req_begin - a 28-byte request header arrived on @c
+ * @out: the new request; a WRITE with a payload waits for it (->have counts
+ *       the bytes in ->buf), anything else goes to req_run() now
+ *
+ * Returns 0, REQ_DISC, or -errno when the connection must be dropped (lost
+ * framing, a write payload too large to skip safely, no memory).
+ */
+int req_begin(struct conn *c, const uint8_t *hdr, struct nbd_req **out);
+
+/** req_run - the whole request is here: answer it or start its I/O. */
+void req_run(struct nbd_req *r);
+
+/** req_free - release a request (its reply was sent, or never will be). */
+void req_free(struct nbd_req *r);
+
+/** req_cache_drain - free a worker's cached request structs. */
+void req_cache_drain(struct worker *w);
+
+/**
+ * reply_queue - write the reply @r has earned (simple or structured, data,
+ * holes, block status or error) and queue it on its connection, which
+ * sends it at the end of the loop iteration.
+ */
+void reply_queue(struct nbd_req *r);
+
+#endif /* BIONBD_REQUEST_H */

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: MIT
+/*
+ * worker.c - a worker thread: its loop, its ioq, new sockets handed over
+ * from the main thread, the end-of-iteration send, and orderly stop.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "request.h"
+#include "worker.h"
+
+/*
+ * Once per loop iteration, after the last reap and before the loop blocks:
+ * send the replies the completions queued, one send per connection.
+ */
+static void worker_after_reap(struct ioq_ev *qev)
+{
+	struct worker *w = container_of(qev, struct worker, qev);
+
+	if (w->dirty)
+		busypoll_replied(&w->poll, w->loop);
+	conn_send_dirty(w);
+}
+
+static void worker_grace_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	/* Clients that stopped reading their replies: cut them off. */
+	conn_close_all(container_of(t, struct worker, grace));
+}
+
+static void worker_begin_stop(struct worker *w)
+{
+	w->stopping = true;
+	ev_timer_start(w->loop, &w->grace);
+	conn_stop_all(w);
+	if (!w->conns)
+		ev_break(w->loop, EVBREAK_ONE);
+}
+
+static void worker_wake_cb(struct ev_loop *loop, ev_async *a, int revents)
+{
+	struct worker *w = container_of(a, struct worker, wake);
+	bool stop = atomic_load(&w->srv->stopping);
+	int *fds;
+	unsigned int n;
+
+	pthread_mutex_lock(&w->lock);
+	fds = w->new_fds;
+	n = w->nr_new;
+	w->new_fds = NULL;
+	w->nr_new = w->cap_new = 0;
+	pthread_mutex_unlock(&w->lock);
+
+	for (unsigned int i = 0; i < n; i++) {
+		if (stop || w->stopping)
+			close(fds[i]);
+		else
+			conn_accept(w, fds[i]);
+	}
+	free(fds);
+	if (stop && !w->stopping)
+		worker_begin_stop(w);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	ioq_set_current(w->q);
+	ev_run(w->loop, 0);
+	return NULL;
+}
+
+int worker_init(struct worker *w, struct server *srv)
+{
+	int r;
+
+	w->srv = srv;
+	pthread_mutex_init(&w->lock, NULL);
+	w->rbuf = malloc(SRV_RBUF_BYTES);
+	w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+	if (!w->rbuf || !w->loop)
+		return -ENOMEM;
+	r = ioq_create(&w->q, srv->backend, 256);
+	if (r)
+		return r;
+	r = ioq_ev_start(&w->qev, w->q, w->loop);
+	if (r)
+		return r;
+	w->qev.after_reap = worker_after_reap;
+	busypoll_init(&w->poll, srv->poll_max_s);
+	ev_async_init(&w->wake, worker_wake_cb);
+	ev_async_start(w->loop, &w->wake);
+	ev_timer_init(&w->grace, worker_grace_cb, SRV_SHUTDOWN_GRACE_S, 0.);
+	return 0;
+}
+
+int worker_start(struct worker *w)
+{
+	return -pthread_create(&w->tid, NULL, worker_main, w);
+}
+
+void worker_hand_off(struct worker *w, int fd)
+{
+	pthread_mutex_lock(&w->lock);
+	if (w->nr_new == w->cap_new) {
+		unsigned int cap = w->cap_new ? w->cap_new * 2 : 16;
+		int *v = realloc(w->new_fds, cap * sizeof(int));
+
+		if (!v) {
+			pthread_mutex_unlock(&w->lock);
+			close(fd);
+			return;
+		}
+		w->new_fds = v;
+		w->cap_new = cap;
+	}
+	w->new_fds[w->nr_new++] = fd;
+	pthread_mutex_unlock(&w->lock);
+	ev_async_send(w->loop, &w->wake);
+}
+
+void worker_stop(struct worker *w)
+{
+	/* The wake-up sees srv->stopping. */
+	ev_async_send(w->loop, &w->wake);
+}
+
+void worker_join(struct worker *w)
+{
+	pthread_join(w->tid, NULL);
+}
+
+void worker_fini(struct worker *w)
+{
+	if (w->q) {
+		ioq_ev_stop(&w->qev, w->loop);
+		ioq_destroy(w->q);
+	}
+	buf_cache_drain(&w->bufs);
+	req_cache_drain(w);
+	if (w->loop) {
+		busypoll_stop(&w->poll, w->loop);
+		ev_loop_destroy(w->loop);
+	}
+	free(w->rbuf);
+	free(w->new_fds);
+	pthread_mutex_destroy(&w->lock);
+}

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * worker.h - a worker thread: one libev loop, one ioq, the connections it
+ * was handed, and the per-thread caches their requests draw from.
+ */
+#ifndef BIONBD_WORKER_H
+#define BIONBD_WORKER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <ev.h>
+
+#include <bionbd/ioq.h>
+#include <bionbd/ioq_ev.h>
+
+#include "bufcache.h"
+#include "busypoll.h"
+#include "server.h"
+
+struct conn;
+struct nbd_req;
+
+struct worker {
+	struct server *srv;
+	pthread_t tid;
+	struct ev_loop *loop;
+	struct ioq *q;
+	struct ioq_ev qev;
+	ev_async wake; /* new sockets, or stop */
+
+	pthread_mutex_t lock; /* guards new_fds */
+	int *new_fds;
+	unsigned int nr_new, cap_new;
+
+	struct conn *conns; /* every connection of this worker */
+	unsigned int nr_conns;
+	struct conn *dirty; /* connections with replies to send or to close */
+	bool stopping;
+	ev_timer grace; /* shutdown: drop clients that stop reading */
+	struct busypoll poll;
+
+	uint8_t *rbuf; /* shared receive buffer for request headers */
+	struct buf_cache bufs;
+	struct nbd_req *free_reqs;
+};
+
+/** worker_init - set up @w (loop, ioq, watchers); returns 0 or -errno. */
+int worker_init(struct worker *w, struct server *srv);
+
+/** worker_start - run @w's loop on a new thread; returns 0 or -errno. */
+int worker_start(struct worker *w);
+
+/** worker_hand_off - give @w a new socket (any thread). */
+void worker_hand_off(struct worker *w, int fd);
+
+/** worker_stop - ask @w to finish (any thread); join with worker_join. */
+void worker_stop(struct worker *w);
+
+void worker_join(struct worker *w);
+
+/** worker_fini - free what worker_init made; the thread has ended. */
+void worker_fini(struct worker *w);
+
+#endif /* BIONBD_WORKER_H */

@@ -1,0 +1,85 @@
+/*
+ * Description: bionbd's one setter for its own settings (server/options.c),
+ * which the [server] section of a config file and the command-line flags
+ * both go through: every key with good values, the edges of each range,
+ * refused values leave the setting as it was and say why without naming
+ * the key (callers add the key or the flag), later values win, unknown keys
+ * are -ENOENT.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "options.h"
+#include "unit.h"
+
+static char why[256];
+
+static int set(struct srv_options *o, const char *key, const char *value)
+{
+	why[0] = '\0';
+	return srv_option_set(o, key, value, why, sizeof(why));
+}
+
+int main(void)
+{
+	struct srv_options o;
+
+	srv_options_init(&o);
+	CHECK(!o.listen && !o.port && !o.socket && !o.threads);
+	CHECK_EQ(o.backend, IOQ_IO_URING);
+	CHECK_EQ(o.poll_us, SRV_DEFAULT_POLL_US);
+
+	CHECK_EQ(set(&o, "listen", "::1"), 0);
+	CHECK(!strcmp(o.listen, "::1"));
+	CHECK_EQ(set(&o, "listen", "127.0.0.2"), 0); /* the later one wins */
+	CHECK(!strcmp(o.listen, "127.0.0.2"));
+	CHECK_EQ(set(&o, "listen", ""), -EINVAL);
+	CHECK(strstr(why, "empty"));
+	CHECK(!strcmp(o.listen, "127.0.0.2"));
+
+	CHECK_EQ(set(&o, "socket", "/run/s.sock"), 0);
+	CHECK(!strcmp(o.socket, "/run/s.sock"));
+
+	CHECK_EQ(set(&o, "port", "1"), 0);
+	CHECK_EQ(set(&o, "port", "65535"), 0);
+	CHECK(!strcmp(o.port, "65535"));
+	CHECK_EQ(set(&o, "port", "0"), -EINVAL);
+	CHECK(strstr(why, "1..65535") && !strstr(why, "port="));
+	CHECK_EQ(set(&o, "port", "65536"), -EINVAL);
+	CHECK_EQ(set(&o, "port", "80x"), -EINVAL);
+	CHECK(!strcmp(o.port, "65535"));
+
+	CHECK_EQ(set(&o, "threads", "1"), 0);
+	CHECK_EQ(set(&o, "threads", "1024"), 0);
+	CHECK_EQ(o.threads, 1024);
+	CHECK_EQ(set(&o, "threads", "0"), -EINVAL);
+	CHECK_EQ(set(&o, "threads", "1025"), -EINVAL);
+	CHECK_EQ(o.threads, 1024);
+
+	CHECK_EQ(set(&o, "backend", "threads"), 0);
+	CHECK_EQ(o.backend, IOQ_THREADS);
+	CHECK_EQ(set(&o, "backend", "aio"), -EINVAL);
+	CHECK(strstr(why, "io_uring or threads"));
+	CHECK_EQ(o.backend, IOQ_THREADS);
+	CHECK_EQ(set(&o, "backend", "io_uring"), 0);
+	CHECK_EQ(o.backend, IOQ_IO_URING);
+
+	CHECK_EQ(set(&o, "poll-us", "0"), 0);
+	CHECK_EQ(o.poll_us, 0);
+	CHECK_EQ(set(&o, "poll-us", "100000"), 0);
+	CHECK_EQ(set(&o, "poll-us", "100001"), -EINVAL);
+	CHECK_EQ(set(&o, "poll-us", "-1"), -EINVAL);
+	CHECK_EQ(set(&o, "poll-us", "soon"), -EINVAL);
+	CHECK_EQ(o.poll_us, 100000);
+
+	CHECK_EQ(set(&o, "listen_addr", "x"), -ENOENT);
+	CHECK(strstr(why, "unknown key"));
+
+	srv_options_release(&o);
+	CHECK(!o.listen && !o.socket && !o.port);
+	printf("test-server-options: ok\n");
+	return 0;
+}
