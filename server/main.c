@@ -94,7 +94,7 @@ static void usage(FILE *f)
 	      "  -e, --exportname NAME  export name (default \"\")\n"
 	      "  -P, --pidfile FILE     write the pid once ready to serve\n"
 	      "  -c, --config FILE      exports (and [server] defaults) from FILE\n"
-	      "      --stripe-size SIZE stripe unit, power of two >= 4K (default 64K)\n"
+	      "      --stripe-size SIZE stripe unit, a power of two 4K..1G (default 64K)\n"
 	      "      --size SIZE        volume size; creates/extends members\n"
 	      "      --backend NAME     io_uring (default) or threads\n"
 	      "      --poll-us N        busy-poll up to N microseconds for the next\n"
@@ -247,6 +247,30 @@ static void apply_settings(struct srv_options *o, const struct conf *c,
 
 /* ---- running ---- */
 
+/*
+ * Fail now, while the user is watching, if io_uring cannot be used; fall
+ * back to the thread pool when no backend was asked for (as the plugin
+ * does).
+ */
+static enum ioq_backend choose_backend(const struct srv_options *o)
+{
+	struct ioq *q;
+	int r;
+
+	if (o->backend != IOQ_IO_URING)
+		return o->backend;
+	r = ioq_create(&q, IOQ_IO_URING, 0);
+	if (!r) {
+		ioq_destroy(q);
+		return IOQ_IO_URING;
+	}
+	if (o->backend_set)
+		die("--backend io_uring: %s", strerror(-r));
+	fprintf(stderr, "bionbd: io_uring not usable (%s): using backend threads\n",
+		strerror(-r));
+	return IOQ_THREADS;
+}
+
 static void write_pidfile(const char *path)
 {
 	FILE *f;
@@ -336,7 +360,7 @@ int main(int argc, char **argv)
 		apply_settings(&o, NULL, &cl);
 		exports_from_cmdline(&cl);
 	}
-	srv.backend = o.backend;
+	srv.backend = choose_backend(&o);
 	srv.poll_max_s = o.poll_us / 1e6;
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	srv.nr_workers = o.threads ? o.threads :

@@ -60,6 +60,7 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 			snprintf(why, whylen, "expected io_uring or threads");
 			return -EINVAL;
 		}
+		o->backend_set = true;
 		return 0;
 	}
 	if (!strcmp(key, "poll-us")) {

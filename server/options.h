@@ -26,6 +26,7 @@ struct srv_options {
 	char *socket; /* unix socket path; NULL = none */
 	unsigned int threads; /* 0 = one per CPU */
 	enum ioq_backend backend;
+	bool backend_set; /* given, so no fallback when io_uring fails */
 	unsigned int poll_us;
 };
 

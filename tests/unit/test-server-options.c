@@ -30,6 +30,7 @@ int main(void)
 	srv_options_init(&o);
 	CHECK(!o.listen && !o.port && !o.socket && !o.threads);
 	CHECK_EQ(o.backend, IOQ_IO_URING);
+	CHECK(!o.backend_set);
 	CHECK_EQ(o.poll_us, SRV_DEFAULT_POLL_US);
 
 	CHECK_EQ(set(&o, "listen", "::1"), 0);
@@ -59,8 +60,11 @@ int main(void)
 	CHECK_EQ(set(&o, "threads", "1025"), -EINVAL);
 	CHECK_EQ(o.threads, 1024);
 
+	CHECK_EQ(set(&o, "backend", "aio"), -EINVAL);
+	CHECK(!o.backend_set);
 	CHECK_EQ(set(&o, "backend", "threads"), 0);
 	CHECK_EQ(o.backend, IOQ_THREADS);
+	CHECK(o.backend_set);
 	CHECK_EQ(set(&o, "backend", "aio"), -EINVAL);
 	CHECK(strstr(why, "io_uring or threads"));
 	CHECK_EQ(o.backend, IOQ_THREADS);

@@ -1,0 +1,279 @@
+/*
+ * Description: the NBD layer's pure rules (nbd/request.c), which both front
+ * ends share: errno -> NBD error by command and flags (the spec's "Error
+ * values": ENOTSUP only for a fast zero, EOVERFLOW only for a DF read,
+ * EDQUOT/EFBIG are ENOSPC, unknown errors EIO) and back; request checks
+ * (unknown commands and flags, flags not documented for the command,
+ * read-only, out of range with wrap-around, payload limits, block status
+ * without a context); NBD flags -> bio op and flags; which requests are one
+ * direct bio; op names; and finishing block status answers (a widened span
+ * cut back to the request, clipping, REQ_ONE, gaps and overlaps refused).
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <bionbd/nbdl.h>
+
+#include "unit.h"
+
+static void test_errors(void)
+{
+	const uint16_t F = NBD_CMD_FLAG_FAST_ZERO, DF = NBD_CMD_FLAG_DF;
+
+	CHECK_EQ(nbdl_errno_to_nbd(0, NBD_CMD_READ, 0), 0);
+	CHECK_EQ(nbdl_errno_to_nbd(-EPERM, NBD_CMD_WRITE, 0), NBD_EPERM);
+	CHECK_EQ(nbdl_errno_to_nbd(-EROFS, NBD_CMD_TRIM, 0), NBD_EPERM);
+	CHECK_EQ(nbdl_errno_to_nbd(-EIO, NBD_CMD_READ, 0), NBD_EIO);
+	CHECK_EQ(nbdl_errno_to_nbd(-ENOMEM, NBD_CMD_READ, 0), NBD_ENOMEM);
+	CHECK_EQ(nbdl_errno_to_nbd(-EINVAL, NBD_CMD_READ, 0), NBD_EINVAL);
+	CHECK_EQ(nbdl_errno_to_nbd(-ENOSPC, NBD_CMD_WRITE, 0), NBD_ENOSPC);
+	CHECK_EQ(nbdl_errno_to_nbd(-EDQUOT, NBD_CMD_WRITE, 0), NBD_ENOSPC);
+	CHECK_EQ(nbdl_errno_to_nbd(-EFBIG, NBD_CMD_WRITE_ZEROES, 0),
+		 NBD_ENOSPC);
+	CHECK_EQ(nbdl_errno_to_nbd(-ESHUTDOWN, NBD_CMD_FLUSH, 0),
+		 NBD_ESHUTDOWN);
+	/* ENOTSUP only where the spec allows it: a fast zero */
+	CHECK_EQ(nbdl_errno_to_nbd(-EOPNOTSUPP, NBD_CMD_WRITE_ZEROES, F),
+		 NBD_ENOTSUP);
+	CHECK_EQ(nbdl_errno_to_nbd(-EOPNOTSUPP, NBD_CMD_WRITE_ZEROES, 0),
+		 NBD_EIO);
+	CHECK_EQ(nbdl_errno_to_nbd(-EOPNOTSUPP, NBD_CMD_TRIM, F), NBD_EIO);
+	CHECK_EQ(nbdl_errno_to_nbd(-EOPNOTSUPP, NBD_CMD_FLUSH, 0), NBD_EIO);
+	/* EOVERFLOW only for a DF read */
+	CHECK_EQ(nbdl_errno_to_nbd(-EOVERFLOW, NBD_CMD_READ, DF),
+		 NBD_EOVERFLOW);
+	CHECK_EQ(nbdl_errno_to_nbd(-EOVERFLOW, NBD_CMD_READ, 0), NBD_EINVAL);
+	CHECK_EQ(nbdl_errno_to_nbd(-EOVERFLOW, NBD_CMD_WRITE, 0), NBD_EINVAL);
+	CHECK_EQ(nbdl_errno_to_nbd(-ENXIO, NBD_CMD_READ, 0), NBD_EIO);
+	CHECK_EQ(nbdl_errno_to_nbd(-12345, NBD_CMD_READ, 0), NBD_EIO);
+
+	/* and back: the errno nbdkit maps to the same NBD error */
+	CHECK_EQ(nbdl_nbd_to_errno(0), 0);
+	CHECK_EQ(nbdl_nbd_to_errno(NBD_EPERM), EPERM);
+	CHECK_EQ(nbdl_nbd_to_errno(NBD_EIO), EIO);
+	CHECK_EQ(nbdl_nbd_to_errno(NBD_ENOMEM), ENOMEM);
+	CHECK_EQ(nbdl_nbd_to_errno(NBD_EINVAL), EINVAL);
+	CHECK_EQ(nbdl_nbd_to_errno(NBD_ENOSPC), ENOSPC);
+	CHECK_EQ(nbdl_nbd_to_errno(NBD_EOVERFLOW), EOVERFLOW);
+	CHECK_EQ(nbdl_nbd_to_errno(NBD_ENOTSUP), EOPNOTSUPP);
+	CHECK_EQ(nbdl_nbd_to_errno(NBD_ESHUTDOWN), ESHUTDOWN);
+}
+
+static void test_checks(void)
+{
+	struct nbdl_export rw = { .name = "", .size_bytes = 1 << 20 };
+	struct nbdl_export ro = { .name = "", .size_bytes = 1 << 20,
+				  .readonly = true };
+	struct nbdl_conn_opts plain = { 0 };
+	struct nbdl_conn_opts sr = { .structured = true, .meta_alloc = true };
+	const uint64_t S = 1 << 20;
+
+	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, 0, 0, 4096), 0);
+	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, 0, 100, 1), 0);
+	CHECK_EQ(nbdl_req_check(&rw, &plain, 8, 0, 0, 4096), NBD_EINVAL);
+	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, 1 << 7, 0, 512),
+		 NBD_EINVAL);
+	/* DF needs structured replies; NO_HOLE is not a read flag */
+	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, NBD_CMD_FLAG_DF, 0,
+				512),
+		 NBD_EINVAL);
+	CHECK_EQ(nbdl_req_check(&rw, &sr, NBD_CMD_READ, NBD_CMD_FLAG_DF, 0,
+				512),
+		 0);
+	CHECK_EQ(nbdl_req_check(&rw, &sr, NBD_CMD_READ, NBD_CMD_FLAG_NO_HOLE,
+				0, 512),
+		 NBD_EINVAL);
+	CHECK_EQ(nbdl_req_check(&rw, &sr, NBD_CMD_WRITE_ZEROES,
+				NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO |
+					NBD_CMD_FLAG_FUA,
+				0, 512),
+		 0);
+	CHECK_EQ(nbdl_req_check(&rw, &sr, NBD_CMD_TRIM, NBD_CMD_FLAG_NO_HOLE, 0,
+				512),
+		 NBD_EINVAL);
+	/* read-only */
+	CHECK_EQ(nbdl_req_check(&ro, &plain, NBD_CMD_WRITE, 0, 0, 512),
+		 NBD_EPERM);
+	CHECK_EQ(nbdl_req_check(&ro, &plain, NBD_CMD_TRIM, 0, 0, 512),
+		 NBD_EPERM);
+	CHECK_EQ(nbdl_req_check(&ro, &plain, NBD_CMD_WRITE_ZEROES, 0, 0, 512),
+		 NBD_EPERM);
+	CHECK_EQ(nbdl_req_check(&ro, &plain, NBD_CMD_READ, 0, 0, 512), 0);
+	CHECK_EQ(nbdl_req_check(&ro, &plain, NBD_CMD_FLUSH, 0, 0, 0), 0);
+	/* range: ENOSPC for writes and zeroes, EINVAL otherwise; no wrap */
+	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_WRITE, 0, S - 512, 1024),
+		 NBD_ENOSPC);
+	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_WRITE_ZEROES, 0, S, 512),
+		 NBD_ENOSPC);
+	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, 0, S, 512),
+		 NBD_EINVAL);
+	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, 0, UINT64_MAX - 511,
+				4096),
+		 NBD_EINVAL);
+	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_WRITE, 0,
+				UINT64_MAX - 511, 4096),
+		 NBD_ENOSPC);
+	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, 0, S - 512, 512),
+		 0);
+	/* a flush has no range */
+	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_FLUSH, 0, UINT64_MAX, 7),
+		 0);
+	/* reads above the maximum payload */
+	{
+		struct nbdl_export big = { .name = "", .size_bytes = 1ull << 40 };
+
+		CHECK_EQ(nbdl_req_check(&big, &sr, NBD_CMD_READ, 0, 0,
+					NBDL_MAX_PAYLOAD),
+			 0);
+		CHECK_EQ(nbdl_req_check(&big, &sr, NBD_CMD_READ, 0, 0,
+					NBDL_MAX_PAYLOAD + 512),
+			 NBD_EINVAL);
+		CHECK_EQ(nbdl_req_check(&big, &sr, NBD_CMD_READ,
+					NBD_CMD_FLAG_DF, 0,
+					NBDL_MAX_PAYLOAD + 512),
+			 NBD_EOVERFLOW);
+		/* a trim or zero of any length is fine */
+		CHECK_EQ(nbdl_req_check(&big, &sr, NBD_CMD_TRIM, 0, 0,
+					UINT32_MAX),
+			 0);
+	}
+	/* block status: needs base:allocation and a length */
+	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_BLOCK_STATUS, 0, 0, 512),
+		 NBD_EINVAL);
+	CHECK_EQ(nbdl_req_check(&rw, &sr, NBD_CMD_BLOCK_STATUS,
+				NBD_CMD_FLAG_REQ_ONE, 0, 512),
+		 0);
+	CHECK_EQ(nbdl_req_check(&rw, &sr, NBD_CMD_BLOCK_STATUS, 0, 0, 0),
+		 NBD_EINVAL);
+
+	/* transmission flags */
+	CHECK(nbdl_transmission_flags(&ro, false) & NBD_FLAG_READ_ONLY);
+	CHECK(!(nbdl_transmission_flags(&ro, false) & NBD_FLAG_SEND_TRIM));
+	CHECK(nbdl_transmission_flags(&rw, false) & NBD_FLAG_SEND_FAST_ZERO);
+	CHECK(!(nbdl_transmission_flags(&rw, false) & NBD_FLAG_SEND_DF));
+	CHECK(nbdl_transmission_flags(&rw, true) & NBD_FLAG_SEND_DF);
+}
+
+static void test_bios(void)
+{
+	struct bio_extents ext = { 0 };
+	char buf[4096];
+	struct bio *bio;
+
+	CHECK_EQ(nbdl_opf(NBD_CMD_READ, 0), REQ_OP_READ);
+	CHECK_EQ(nbdl_opf(NBD_CMD_WRITE, NBD_CMD_FLAG_FUA),
+		 REQ_OP_WRITE | REQ_FUA);
+	CHECK_EQ(nbdl_opf(NBD_CMD_TRIM, 0), REQ_OP_DISCARD);
+	CHECK_EQ(nbdl_opf(NBD_CMD_CACHE, 0), REQ_OP_CACHE);
+	CHECK_EQ(nbdl_opf(NBD_CMD_FLUSH, 0), REQ_OP_FLUSH);
+	CHECK_EQ(nbdl_opf(NBD_CMD_BLOCK_STATUS, 0), REQ_OP_EXTENTS);
+	/* NO_HOLE keeps allocation; FAST_ZERO forbids the slow fallback */
+	CHECK_EQ(nbdl_opf(NBD_CMD_WRITE_ZEROES, 0), REQ_OP_WRITE_ZEROES);
+	CHECK_EQ(nbdl_opf(NBD_CMD_WRITE_ZEROES,
+			  NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO |
+				  NBD_CMD_FLAG_FUA),
+		 REQ_OP_WRITE_ZEROES | REQ_NOUNMAP | REQ_NOFALLBACK | REQ_FUA);
+
+	CHECK(nbdl_is_direct(NBD_CMD_READ, 4096, 512));
+	CHECK(!nbdl_is_direct(NBD_CMD_READ, 4096, 100));
+	CHECK(!nbdl_is_direct(NBD_CMD_WRITE, 100, 512));
+	CHECK(nbdl_is_direct(NBD_CMD_FLUSH, 1, 1));
+
+	bio = nbdl_bio_alloc(NBD_CMD_WRITE, NBD_CMD_FLAG_FUA, buf, 8192,
+			     sizeof(buf), NULL);
+	CHECK(bio);
+	CHECK_EQ(bio->bi_opf, REQ_OP_WRITE | REQ_FUA);
+	CHECK_EQ(bio->bi_iter.bi_sector, 16);
+	CHECK_EQ(bio->bi_iter.bi_size, sizeof(buf));
+	CHECK_EQ(bio->bi_vcnt, 1);
+	CHECK_PTR_EQ(bio_data(bio), buf);
+	bio_put(bio);
+	bio = nbdl_bio_alloc(NBD_CMD_BLOCK_STATUS, 0, NULL, 512, 1024, &ext);
+	CHECK(bio);
+	CHECK_EQ(bio->bi_iter.bi_size, 1024);
+	CHECK_EQ(bio->bi_vcnt, 0);
+	CHECK_PTR_EQ(bio->bi_ext, &ext);
+	bio_put(bio);
+	bio = nbdl_bio_alloc(NBD_CMD_FLUSH, 0, NULL, 0, 0, NULL);
+	CHECK(bio);
+	CHECK_EQ(bio->bi_iter.bi_size, 0);
+	bio_put(bio);
+
+	CHECK(!strcmp(nbdl_op_name(REQ_OP_DISCARD), "trim"));
+	CHECK(!strcmp(nbdl_op_name(REQ_OP_WRITE_ZEROES), "write-zeroes"));
+	CHECK(!strcmp(nbdl_op_name(REQ_OP_EXTENTS), "block-status"));
+	CHECK(!strcmp(nbdl_op_name(REQ_OP_LAST), "unknown"));
+	CHECK(!strcmp(nbdl_cmd_name(NBD_CMD_TRIM), "trim"));
+	CHECK(!strcmp(nbdl_cmd_name(NBD_CMD_DISC), "disc"));
+	CHECK(!strcmp(nbdl_cmd_name(99), "unknown"));
+}
+
+static void add(struct bio_extents *e, uint64_t off, uint64_t len,
+		uint32_t flags)
+{
+	CHECK_EQ(bio_extents_add(e, off, len, flags), 0);
+}
+
+static void test_extents(void)
+{
+	struct bio_extents e = { 0 };
+	const uint32_t H = BIO_EXT_HOLE | BIO_EXT_ZERO;
+
+	/* a span widened from 1000 to sectors: [512, 4608) answered as data
+	 * [0, 1024) then hole; the answer starts at 1000 */
+	add(&e, 1024, 3584, H); /* out of order, as split pieces append */
+	add(&e, 0, 1024, 0);
+	CHECK_EQ(nbdl_extents_finish(&e, 512, 1000, 3000, SIZE_MAX), 0);
+	CHECK_EQ(e.nr, 2);
+	CHECK_EQ(e.v[0].offset, 0);
+	CHECK_EQ(e.v[0].length, 536); /* 1000 .. 1536 */
+	CHECK_EQ(e.v[0].flags, 0);
+	CHECK_EQ(e.v[1].offset, 536);
+	CHECK_EQ(e.v[1].length, 3000 - 536); /* clipped to the request */
+	CHECK_EQ(e.v[1].flags, H);
+	bio_extents_free(&e);
+
+	/* REQ_ONE and max_extents keep a prefix */
+	add(&e, 0, 512, 0);
+	add(&e, 512, 512, H);
+	add(&e, 1024, 512, 0);
+	CHECK_EQ(nbdl_extents_finish(&e, 0, 0, 1536, 1), 0);
+	CHECK_EQ(e.nr, 1);
+	CHECK_EQ(e.v[0].length, 512);
+	bio_extents_free(&e);
+
+	/* neighbours with equal flags merge */
+	add(&e, 0, 512, H);
+	add(&e, 512, 512, H);
+	CHECK_EQ(nbdl_extents_finish(&e, 0, 0, 1024, SIZE_MAX), 0);
+	CHECK_EQ(e.nr, 1);
+	CHECK_EQ(e.v[0].length, 1024);
+	bio_extents_free(&e);
+
+	/* a gap is an engine bug: EIO, not a wrong answer */
+	add(&e, 0, 512, 0);
+	add(&e, 1024, 512, H);
+	CHECK_EQ(nbdl_extents_finish(&e, 0, 0, 1536, SIZE_MAX), -EIO);
+	bio_extents_free(&e);
+	/* so is an answer that does not start at the span */
+	add(&e, 512, 512, 0);
+	CHECK_EQ(nbdl_extents_finish(&e, 0, 0, 1024, SIZE_MAX), -EIO);
+	bio_extents_free(&e);
+	/* or ends before the request begins */
+	add(&e, 0, 512, 0);
+	CHECK_EQ(nbdl_extents_finish(&e, 0, 600, 100, SIZE_MAX), -EIO);
+	bio_extents_free(&e);
+}
+
+int main(void)
+{
+	test_errors();
+	test_checks();
+	test_bios();
+	test_extents();
+	printf("test-nbdl: ok\n");
+	return 0;
+}
