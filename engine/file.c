@@ -17,6 +17,9 @@
 
 #include "internal.h"
 
+/* Readahead one CACHE bio may ask of a member (see file_submit). */
+#define FILE_CACHE_MAX_BYTES (8u << 20)
+
 /* Do @bio now on this thread; it ends at the next ioq_reap. */
 static void file_inline(struct file_target *ft, struct ioq *q,
 			struct bio *bio)
@@ -42,9 +45,18 @@ static void file_submit(struct target *t, struct bio *bio)
 		bio_endio(bio, bio->bi_iter.bi_size, r);
 		return;
 	case REQ_OP_CACHE:
-		/* Only a hint: queue readahead and complete at once. */
+		/*
+		 * Only a hint: queue readahead and complete at once.  The
+		 * kernel fills holes and cached pages right here, in the
+		 * submitter, so a huge hint is cut to its head: one client's
+		 * CACHE of a whole volume must not hold the thread for
+		 * seconds.
+		 */
 		(void)posix_fadvise(ft->fd, (off_t)bio_offset_bytes(bio),
-				    bio->bi_iter.bi_size, POSIX_FADV_WILLNEED);
+				    bio->bi_iter.bi_size < FILE_CACHE_MAX_BYTES ?
+					    bio->bi_iter.bi_size :
+					    FILE_CACHE_MAX_BYTES,
+				    POSIX_FADV_WILLNEED);
 		bio_endio(bio, bio->bi_iter.bi_size, 0);
 		return;
 	default:

@@ -2,11 +2,16 @@
 /*
  * stripe.c - the RAID-0 target.
  *
- * The request path is the kernel's raid0 loop: map the front of the bio,
- * and while it crosses a chunk boundary split the front off, chain it to
- * the bio and send it to its member; the bio itself, remapped, is the last
- * piece.  Every op with a range (read, write, discard, write-zeroes,
- * cache, extents) goes through this one loop; flush fans out instead.
+ * The request path for data is the kernel's raid0 loop: map the front of
+ * the bio, and while it crosses a chunk boundary split the front off, chain
+ * it to the bio and send it to its member; the bio itself, remapped, is the
+ * last piece.  Extents go through the same loop, for a bounded prefix.
+ *
+ * Ranged ops without data (discard, write-zeroes, cache) cost O(members),
+ * not O(chunks): the chunks k, k + N, k + 2N ... of a range lie back to
+ * back on member k % N, so a volume range is at most one contiguous range
+ * per member, and each member gets one clone of the bio for it.  Flush
+ * fans out to every member.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -66,21 +71,91 @@ static void stripe_flush(struct stripe_target *st, struct bio *bio)
 	bio_endio(bio, 0, err);
 }
 
+/*
+ * The part of [off, off + len) that lies on @member, as one range of that
+ * member: from the first of its chunks the range touches to the last.
+ * Returns false when the range misses the member.
+ */
+static bool member_range(const struct stripe_geom *g, unsigned int member,
+			 uint64_t off, uint64_t len, uint64_t *mstart,
+			 uint64_t *mlen)
+{
+	uint64_t n = g->nr_members, mask = g->chunk_bytes - 1;
+	uint64_t k0 = off >> g->chunk_shift;
+	uint64_t k1 = (off + len - 1) >> g->chunk_shift;
+	uint64_t first = k0 + (member + n - k0 % n) % n;
+	uint64_t last, start, end;
+
+	if (first > k1)
+		return false;
+	last = k1 - (k1 % n + n - member) % n;
+	start = ((first / n) << g->chunk_shift) + (first == k0 ? off & mask : 0);
+	end = ((last / n) << g->chunk_shift) +
+	      (last == k1 ? ((off + len - 1) & mask) + 1 : g->chunk_bytes);
+	*mstart = start;
+	*mlen = end - start;
+	return true;
+}
+
+/* Discard, write-zeroes, cache: one clone per member the range touches. */
+static void stripe_ranged(struct stripe_target *st, struct bio *bio)
+{
+	uint64_t off = bio_offset_bytes(bio), len = bio->bi_iter.bi_size;
+	uint64_t mstart, mlen;
+	int err = 0;
+
+	for (unsigned int i = 0; i < st->g.nr_members; i++) {
+		struct bio *clone;
+
+		if (!member_range(&st->g, i, off, len, &mstart, &mlen))
+			continue;
+		clone = bio_clone(bio);
+		if (!clone) {
+			err = -ENOMEM;
+			break;
+		}
+		clone->bi_iter.bi_sector = mstart >> SECTOR_SHIFT;
+		clone->bi_iter.bi_size = (uint32_t)mlen;
+		bio_chain(clone, bio);
+		submit_bio(st->members[i], clone);
+	}
+	bio_endio(bio, bio->bi_iter.bi_size, err);
+}
+
 static void stripe_submit(struct target *t, struct bio *bio)
 {
 	struct stripe_target *st = to_stripe(t);
+	unsigned int pieces = 0;
 	struct stripe_piece p;
 	struct blk_plug plug;
 
-	if (bio_op(bio) == REQ_OP_FLUSH) {
+	switch (bio_op(bio)) {
+	case REQ_OP_FLUSH:
 		stripe_flush(st, bio);
 		return;
+	case REQ_OP_DISCARD:
+	case REQ_OP_WRITE_ZEROES:
+	case REQ_OP_CACHE:
+		stripe_ranged(st, bio);
+		return;
+	default:
+		break;
 	}
 	/* Chunks k, k + N ... of this bio are neighbours on member k % N. */
 	blk_start_plug(&plug);
 	for (;;) {
 		struct bio *split;
 
+		/*
+		 * Extents may answer a prefix (bio.h): past the bound, the rest
+		 * ends unreported, so a huge block status costs no more than
+		 * STRIPE_MAX_EXTENT_PIECES lookups.
+		 */
+		if (bio_op(bio) == REQ_OP_EXTENTS &&
+		    pieces++ == STRIPE_MAX_EXTENT_PIECES) {
+			bio_endio(bio, bio->bi_iter.bi_size, 0);
+			break;
+		}
 		stripe_map(&st->g, bio_offset_bytes(bio), bio->bi_iter.bi_size,
 			   &p);
 		if (p.length == bio->bi_iter.bi_size) {

@@ -13,21 +13,50 @@
 #include <libgen.h>
 #include <limits.h>
 #include <linux/fs.h>
+#include <linux/loop.h>
+#include <linux/major.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "internal.h"
 
-struct member_check {
-	char *canon; /* absolute path, for duplicate detection */
+/*
+ * What a member is stored on, so that two spellings of one storage are
+ * told apart from two members: the file or whole disk at the bottom and
+ * the byte range of it the member covers.  A partition is followed to its
+ * disk and a loop device to its backing file, so a loop device over a
+ * member file, a disk and its partition, and overlapping partitions or
+ * loop devices meet on one base with overlapping ranges.
+ */
+enum member_base {
+	BASE_NONE, /* not known: compared by path (and device number) only */
+	BASE_FILE, /* base_dev, base_ino: st_dev and st_ino of a file */
+	BASE_DISK, /* base_dev: the whole disk's device number */
+};
+
+struct member_id {
+	char *canon; /* absolute path, for members not created yet */
 	bool exists;
-	bool created;
 	struct stat st;
+	enum member_base base;
+	dev_t base_dev;
+	ino_t base_ino;
+	uint64_t start, end; /* bytes of the base; end UINT64_MAX: to its end */
+	dev_t disk;	/* block device members: the whole disk they are on */
+	bool partition; /* a partition of that disk */
+	bool via_loop;	/* reached through a loop device */
+};
+
+struct member_check {
+	struct member_id id;
+	bool created;
+	bool grown; /* an existing file this call extended */
 	uint64_t size_bytes;
 };
 
@@ -71,25 +100,276 @@ done:
 	return out;
 }
 
+/* ---- member identity ---- */
+
+/* A sysfs attribute of the block device directory @dir, without its newline. */
+static int sysfs_read(const char *dir, const char *name, char *buf,
+		      size_t len)
+{
+	char path[PATH_MAX];
+	ssize_t n;
+	int fd;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >=
+	    sizeof(path))
+		return -ENAMETOOLONG;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	while (n > 0 && buf[n - 1] == '\n')
+		buf[--n] = '\0';
+	return 0;
+}
+
+static int sysfs_u64(const char *dir, const char *name, uint64_t *out)
+{
+	char buf[32], *end;
+	int r = sysfs_read(dir, name, buf, sizeof(buf));
+
+	if (r)
+		return r;
+	errno = 0;
+	*out = strtoull(buf, &end, 10);
+	return errno || end == buf || *end ? -EINVAL : 0;
+}
+
+/* "MAJ:MIN", as sysfs writes device numbers. */
+static int sysfs_dev(const char *dir, const char *name, dev_t *out)
+{
+	unsigned int maj, min;
+	char buf[32], c;
+	int r = sysfs_read(dir, name, buf, sizeof(buf));
+
+	if (r)
+		return r;
+	if (sscanf(buf, "%u:%u%c", &maj, &min, &c) != 2)
+		return -EINVAL;
+	*out = makedev(maj, min);
+	return 0;
+}
+
+static void dev_sysfs_dir(dev_t dev, char *buf, size_t len)
+{
+	snprintf(buf, len, "/sys/dev/block/%u:%u", major(dev), minor(dev));
+}
+
+/* Bytes from 512-byte sectors; UINT64_MAX (unbounded) when it overflows. */
+static uint64_t sectors_to_bytes(uint64_t sectors)
+{
+	uint64_t b;
+
+	return __builtin_mul_overflow(sectors, (uint64_t)SECTOR_SIZE, &b) ?
+		       UINT64_MAX :
+		       b;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+	uint64_t s;
+
+	return __builtin_add_overflow(a, b, &s) ? UINT64_MAX : s;
+}
+
+/* Move @id's range onto a backing file or disk that starts it at @offset. */
+static void id_shift(struct member_id *id, uint64_t offset, uint64_t limit)
+{
+	uint64_t cap = limit ? add_sat(offset, limit) : UINT64_MAX;
+
+	id->start = add_sat(id->start, offset);
+	id->end = id->end == UINT64_MAX ? UINT64_MAX : add_sat(id->end, offset);
+	if (id->end > cap)
+		id->end = cap;
+}
+
+static void blk_resolve(struct member_id *id, dev_t rdev, int fd,
+			unsigned int depth);
+
+/*
+ * @id lies on loop device @disk: move it onto the backing file.  The ioctl
+ * names the backing file by device and inode even when it was deleted or
+ * renamed; sysfs's path text is the fallback when there is no descriptor
+ * (a loop device over a loop device) or the ioctl is refused.
+ */
+static void loop_resolve(struct member_id *id, dev_t disk, int fd,
+			 unsigned int depth)
+{
+	struct loop_info64 li;
+	char dir[64], file[PATH_MAX];
+	uint64_t offset = 0, limit = 0;
+	struct stat st;
+	size_t n;
+
+	if (fd >= 0 && ioctl(fd, LOOP_GET_STATUS64, &li) == 0) {
+		id->via_loop = true;
+		id_shift(id, li.lo_offset, li.lo_sizelimit);
+		if (li.lo_rdevice) {
+			/* The backing "file" is itself a block device. */
+			blk_resolve(id, (dev_t)li.lo_rdevice, -1, depth + 1);
+			return;
+		}
+		id->base = BASE_FILE;
+		id->base_dev = (dev_t)li.lo_device;
+		id->base_ino = (ino_t)li.lo_inode;
+		return;
+	}
+	if (fd >= 0 && errno == ENXIO)
+		return; /* a loop device with nothing bound */
+	dev_sysfs_dir(disk, dir, sizeof(dir));
+	if (sysfs_read(dir, "loop/backing_file", file, sizeof(file)))
+		return;
+	/* A deleted backing file can no longer be named by any path. */
+	n = strlen(file);
+	if (n >= 10 && !strcmp(file + n - 10, " (deleted)"))
+		return;
+	if (stat(file, &st))
+		return;
+	sysfs_u64(dir, "loop/offset", &offset);
+	sysfs_u64(dir, "loop/sizelimit", &limit);
+	id->via_loop = true;
+	id_shift(id, offset, limit);
+	if (S_ISBLK(st.st_mode)) {
+		blk_resolve(id, st.st_rdev, -1, depth + 1);
+		return;
+	}
+	id->base = BASE_FILE;
+	id->base_dev = st.st_dev;
+	id->base_ino = st.st_ino;
+}
+
+/*
+ * Block device @rdev (@fd open on it, or -1): a partition becomes a range
+ * of its disk, a loop device its backing file.  Without sysfs the device
+ * stays its own base, so only its device number is compared.
+ */
+static void blk_resolve(struct member_id *id, dev_t rdev, int fd,
+			unsigned int depth)
+{
+	uint64_t start, nr_sectors, part;
+	char dir[64], disk_dir[80];
+	dev_t disk = rdev;
+
+	id->base = BASE_DISK;
+	id->base_dev = rdev;
+	if (depth > 8)
+		return; /* loop over loop over ...: deeper is not worth following */
+	dev_sysfs_dir(rdev, dir, sizeof(dir));
+	if (sysfs_u64(dir, "partition", &part) == 0) {
+		snprintf(disk_dir, sizeof(disk_dir), "%s/..", dir);
+		if (sysfs_u64(dir, "start", &start) ||
+		    sysfs_u64(dir, "size", &nr_sectors) ||
+		    sysfs_dev(disk_dir, "dev", &disk))
+			return;
+		id->base_dev = disk;
+		id_shift(id, sectors_to_bytes(start),
+			 sectors_to_bytes(nr_sectors));
+		dev_sysfs_dir(disk, dir, sizeof(dir));
+		if (!depth)
+			id->partition = true;
+	}
+	if (!depth)
+		id->disk = disk;
+	/* LOOP_GET_STATUS64 is only asked of loop devices: it is their ioctl. */
+	snprintf(disk_dir, sizeof(disk_dir), "%s/loop", dir);
+	if (major(disk) == LOOP_MAJOR || access(disk_dir, F_OK) == 0)
+		loop_resolve(id, disk, fd, depth);
+}
+
+/*
+ * Learn what @path is stored on.  A path that does not exist yet is known
+ * by its canonical path alone; failing to read sysfs or a loop device's
+ * status only narrows what can be compared.  Returns 0 or -errno.
+ */
+static int member_identify(const char *path, struct member_id *id)
+{
+	int fd;
+
+	memset(id, 0, sizeof(*id));
+	id->end = UINT64_MAX;
+	id->canon = canonical_path(path);
+	if (!id->canon)
+		return errno ? -errno : -ENOENT;
+	if (stat(path, &id->st))
+		return errno == ENOENT ? 0 : -errno;
+	id->exists = true;
+	if (S_ISREG(id->st.st_mode)) {
+		id->base = BASE_FILE;
+		id->base_dev = id->st.st_dev;
+		id->base_ino = id->st.st_ino;
+	} else if (S_ISBLK(id->st.st_mode)) {
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		blk_resolve(id, id->st.st_rdev, fd, 0);
+		if (fd >= 0)
+			close(fd);
+	}
+	return 0;
+}
+
+/* Hard links, symlinks, /dev/fd/N: one volume calls this "given twice". */
+static const char same_file[] = "the same file";
+
+/*
+ * Whether @a and @b are one storage, and why (a short phrase), or NULL.
+ * Past same_file come the aliases no path or inode comparison sees.
+ */
+static const char *member_overlap(const struct member_id *a,
+				  const struct member_id *b)
+{
+	if (a->exists && b->exists && a->st.st_dev == b->st.st_dev &&
+	    a->st.st_ino == b->st.st_ino)
+		return same_file;
+	if (!strcmp(a->canon, b->canon))
+		return same_file;
+	if (!a->exists || !b->exists)
+		return NULL;
+	if (S_ISBLK(a->st.st_mode) && S_ISBLK(b->st.st_mode) &&
+	    a->st.st_rdev == b->st.st_rdev)
+		return "two nodes of one device";
+	if (a->base == BASE_NONE || a->base != b->base ||
+	    a->base_dev != b->base_dev ||
+	    (a->base == BASE_FILE && a->base_ino != b->base_ino))
+		return NULL;
+	if (a->end <= b->start || b->end <= a->start)
+		return NULL; /* e.g. two partitions side by side */
+	if (a->disk && a->disk == b->disk)
+		return a->partition && b->partition ?
+			       "overlapping partitions of one disk" :
+			       "a disk and its partition";
+	if (a->via_loop != b->via_loop)
+		return "a loop device over the other";
+	return a->via_loop ? "loop devices over the same bytes of one file" :
+			     "overlapping parts of one device";
+}
+
+static void member_id_release(struct member_id *id)
+{
+	free(id->canon);
+	id->canon = NULL;
+}
+
+/* ---- the checks ---- */
+
 static int check_member(const struct volume_config *cfg, unsigned int i,
 			struct member_check *m, char *errbuf, size_t errlen)
 {
 	const char *path = cfg->members[i];
-	int fd;
+	int fd, r;
 
 	if (!path || !*path)
 		return verr(errbuf, errlen, -EINVAL, "member %u: empty path",
 			    i + 1);
-	m->canon = canonical_path(path);
-	if (!m->canon)
-		return verr(errbuf, errlen, -errno ? -errno : -ENOENT,
-			    "member %s: %s", path,
-			    strerror(errno ? errno : ENOENT));
-	if (stat(path, &m->st) == 0) {
-		m->exists = true;
-		if (S_ISREG(m->st.st_mode)) {
-			m->size_bytes = (uint64_t)m->st.st_size;
-		} else if (S_ISBLK(m->st.st_mode)) {
+	r = member_identify(path, &m->id);
+	if (r)
+		return verr(errbuf, errlen, r, "member %s: %s", path,
+			    strerror(-r));
+	if (m->id.exists) {
+		if (S_ISREG(m->id.st.st_mode)) {
+			m->size_bytes = (uint64_t)m->id.st.st_size;
+		} else if (S_ISBLK(m->id.st.st_mode)) {
 			fd = open(path, O_RDONLY | O_CLOEXEC);
 			if (fd < 0 ||
 			    ioctl(fd, BLKGETSIZE64, &m->size_bytes) != 0) {
@@ -109,9 +389,6 @@ static int check_member(const struct volume_config *cfg, unsigned int i,
 		if (access(path, cfg->readonly ? R_OK : R_OK | W_OK))
 			return verr(errbuf, errlen, -errno, "member %s: %s",
 				    path, strerror(errno));
-	} else if (errno != ENOENT) {
-		return verr(errbuf, errlen, -errno, "member %s: %s", path,
-			    strerror(errno));
 	} else if (!cfg->size_bytes || cfg->readonly) {
 		/* Only a volume with a size may create its members. */
 		return verr(errbuf, errlen, -ENOENT, "member %s: %s", path,
@@ -120,44 +397,76 @@ static int check_member(const struct volume_config *cfg, unsigned int i,
 	return 0;
 }
 
-static bool same_member(const struct member_check *a,
-			const struct member_check *b)
-{
-	if (a->exists && b->exists && a->st.st_dev == b->st.st_dev &&
-	    a->st.st_ino == b->st.st_ino)
-		return true;
-	return strcmp(a->canon, b->canon) == 0;
-}
-
-/* Create or grow @path to @size (sparse).  Never shrinks. */
+/*
+ * Create or grow @path to @size (sparse).  Never shrinks what it was given;
+ * members_free() takes back only what this call added.
+ */
 static int extend_member(const char *path, struct member_check *m,
 			 uint64_t size)
 {
 	int fd, r = 0;
 
-	if (m->exists && (S_ISBLK(m->st.st_mode) || m->size_bytes >= size))
+	if (m->id.exists &&
+	    (S_ISBLK(m->id.st.st_mode) || m->size_bytes >= size))
 		return 0;
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (m->exists ? 0 : O_EXCL),
+	fd = open(path,
+		  O_RDWR | O_CREAT | O_CLOEXEC | (m->id.exists ? 0 : O_EXCL),
 		  0644);
 	if (fd < 0)
 		return -errno;
-	if (!m->exists)
+	if (!m->id.exists)
 		m->created = true;
 	if (ftruncate(fd, (off_t)size))
 		r = -errno;
+	else if (m->id.exists)
+		m->grown = true;
 	close(fd);
 	return r;
 }
 
+/*
+ * @undo: the volume did not open, so leave the directory as it was:
+ * remove the members this call created and cut the ones it grew back to
+ * their old size (nothing has written past it: no member was opened for
+ * I/O yet).
+ */
 static void members_free(const struct volume_config *cfg,
-			 struct member_check *m, bool unlink_created)
+			 struct member_check *m, bool undo)
 {
 	for (unsigned int i = 0; m && i < cfg->nr_members; i++) {
-		if (unlink_created && m[i].created)
+		member_id_release(&m[i].id);
+		if (!undo)
+			continue;
+		if (m[i].created)
 			unlink(cfg->members[i]);
-		free(m[i].canon);
+		else if (m[i].grown &&
+			 truncate(cfg->members[i], (off_t)m[i].size_bytes))
+			continue; /* best effort: the open has failed already */
 	}
 	free(m);
+}
+
+/* The size a volume without one gets: whole stripes of the smallest member. */
+static int default_size(const struct volume_config *cfg,
+			const struct member_check *m, uint64_t chunk,
+			char *errbuf, size_t errlen)
+{
+	unsigned int n = cfg->nr_members, i, small = 0;
+	uint64_t stripe, size;
+
+	for (i = 1; i < n; i++)
+		if (m[i].size_bytes < m[small].size_bytes)
+			small = i;
+	if (__builtin_mul_overflow((uint64_t)n, chunk, &stripe) ||
+	    __builtin_mul_overflow(m[small].size_bytes / chunk, stripe,
+				   &size) ||
+	    size > (uint64_t)INT64_MAX)
+		return verr(errbuf, errlen, -EFBIG,
+			    "member %s: %llu bytes, times %u members is more than %lld bytes; give a smaller size",
+			    cfg->members[small],
+			    (unsigned long long)m[small].size_bytes, n,
+			    (long long)INT64_MAX);
+	return 0;
 }
 
 /*
@@ -174,6 +483,7 @@ static int volume_plan(const struct volume_config *cfg,
 					    STRIPE_DEFAULT_CHUNK;
 	struct member_check *m;
 	struct stripe_geom g;
+	const char *why;
 	uint64_t need = 0;
 	int r;
 
@@ -190,10 +500,20 @@ static int volume_plan(const struct volume_config *cfg,
 			return verr(errbuf, errlen, -EINVAL,
 				    "size %llu: must be a multiple of 512",
 				    (unsigned long long)cfg->size_bytes);
+		/*
+		 * Offsets are off_t on every path (pread, NBD clients), and
+		 * NBD clients read the size as a signed 64-bit number.
+		 */
+		if (cfg->size_bytes > (uint64_t)INT64_MAX)
+			return verr(errbuf, errlen, -EFBIG,
+				    "size %llu: more than %lld bytes, the largest volume",
+				    (unsigned long long)cfg->size_bytes,
+				    (long long)INT64_MAX);
 		if (stripe_member_bytes(&g, cfg->size_bytes, &need))
 			return verr(errbuf, errlen, -EFBIG,
-				    "size %llu: too large for the members",
-				    (unsigned long long)cfg->size_bytes);
+				    "size %llu: needs more than %lld bytes per member",
+				    (unsigned long long)cfg->size_bytes,
+				    (long long)INT64_MAX);
 	}
 
 	m = calloc(n, sizeof(*m));
@@ -204,15 +524,22 @@ static int volume_plan(const struct volume_config *cfg,
 		if (r)
 			goto err;
 		for (j = 0; j < i; j++) {
-			if (same_member(&m[i], &m[j])) {
+			why = member_overlap(&m[i].id, &m[j].id);
+			if (!why)
+				continue;
+			if (why == same_file)
 				r = verr(errbuf, errlen, -EINVAL,
 					 "member %s: given twice (as %s too)",
 					 cfg->members[i], cfg->members[j]);
-				goto err;
-			}
+			else
+				r = verr(errbuf, errlen, -EINVAL,
+					 "member %s: the same storage as member %s (%s)",
+					 cfg->members[i], cfg->members[j],
+					 why);
+			goto err;
 		}
-		if (m[i].exists && need && m[i].size_bytes < need &&
-		    (cfg->readonly || S_ISBLK(m[i].st.st_mode))) {
+		if (m[i].id.exists && need && m[i].size_bytes < need &&
+		    (cfg->readonly || S_ISBLK(m[i].id.st.st_mode))) {
 			r = verr(errbuf, errlen, -ENOSPC,
 				 "member %s: %llu bytes, size %llu needs %llu per member",
 				 cfg->members[i],
@@ -229,6 +556,11 @@ static int volume_plan(const struct volume_config *cfg,
 				 (unsigned long long)chunk);
 			goto err;
 		}
+	}
+	if (!need) {
+		r = default_size(cfg, m, chunk, errbuf, errlen);
+		if (r)
+			goto err;
 	}
 	*mp = m;
 	*chunkp = chunk;
@@ -249,6 +581,59 @@ int volume_check(const struct volume_config *cfg, char *errbuf,
 	if (!r)
 		members_free(cfg, m, false);
 	return r;
+}
+
+/* What every member of one volume is stored on (volume.h). */
+struct volume_ids {
+	unsigned int nr;
+	struct member_id id[];
+};
+
+int volume_ids_get(struct volume_ids **out, const struct volume_config *cfg)
+{
+	struct volume_ids *v;
+	unsigned int i;
+	int r;
+
+	v = calloc(1, sizeof(*v) + cfg->nr_members * sizeof(v->id[0]));
+	if (!v)
+		return -ENOMEM;
+	for (i = 0; i < cfg->nr_members; i++, v->nr++) {
+		r = member_identify(cfg->members[i], &v->id[i]);
+		if (r) {
+			member_id_release(&v->id[i]);
+			volume_ids_free(v);
+			return r;
+		}
+	}
+	*out = v;
+	return 0;
+}
+
+void volume_ids_free(struct volume_ids *v)
+{
+	for (unsigned int i = 0; v && i < v->nr; i++)
+		member_id_release(&v->id[i]);
+	free(v);
+}
+
+int volume_overlap(const struct volume_ids *a, const struct volume_ids *b,
+		   struct volume_overlap *ov)
+{
+	const char *why;
+
+	for (unsigned int i = 0; i < a->nr; i++) {
+		for (unsigned int j = 0; j < b->nr; j++) {
+			why = member_overlap(&a->id[i], &b->id[j]);
+			if (why) {
+				ov->member_a = i;
+				ov->member_b = j;
+				ov->why = why;
+				return -EEXIST;
+			}
+		}
+	}
+	return 0;
 }
 
 int volume_open(struct target **out, const struct volume_config *cfg,
@@ -292,7 +677,7 @@ int volume_open(struct target **out, const struct volume_config *cfg,
 	r = stripe_target_create(&stripe, t, n, chunk, cfg->size_bytes);
 	if (r) {
 		verr(errbuf, errlen, r, "members too small for a %llu-byte stripe",
-		     (unsigned long long)(n * chunk));
+		     (unsigned long long)n * chunk);
 		goto out;
 	}
 	opened = 0; /* the stripe owns them now */

@@ -221,6 +221,18 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 
 int conf_export_check(const struct conf_export *e, char *errbuf, size_t errlen)
 {
+	size_t len = strlen(e->name);
+
+	/*
+	 * Checked here rather than in conf_export_init(), whose callers take
+	 * any failure for want of memory; every front end calls this.
+	 */
+	if (len > CONF_MAX_NAME_BYTES) {
+		set_err(errbuf, errlen,
+			"export name '%.32s...': %zu bytes, longer than NBD's %u",
+			e->name, len, CONF_MAX_NAME_BYTES);
+		return -EINVAL;
+	}
 	if (!e->nr_members) {
 		set_err(errbuf, errlen,
 			"no member: add at least one file=PATH");
@@ -409,14 +421,16 @@ static char *conf_reader(char *str, int num, void *stream)
 			if (*close == ';' && isspace((unsigned char)close[-1]))
 				break;
 		if (*close == ']') {
-			char hdr[256];
-			size_t n = close - (str + 1);
+			/* Not truncated: a long name must reach its check. */
+			char *hdr = strndup(str + 1, close - (str + 1));
 
-			if (n >= sizeof(hdr))
-				n = sizeof(hdr) - 1;
-			memcpy(hdr, str + 1, n);
-			hdr[n] = '\0';
+			if (!hdr) {
+				fail(p, -ENOMEM, "%s:%u: out of memory",
+				     p->name, p->line);
+				return NULL;
+			}
 			begin_section(p, hdr);
+			free(hdr);
 			if (p->err)
 				return NULL;
 		}

@@ -73,6 +73,67 @@ static void export_release(struct nbdl_export *x)
 	pthread_mutex_destroy(&x->rmw_lock);
 }
 
+/*
+ * Two exports on one storage would each write under the other's cache and
+ * layout.  Only read-only exports may share: nothing changes under either.
+ * Every member is looked at once; the pairs are compared in memory, so a
+ * file with thousands of exports costs no more system calls than that.
+ */
+static int exports_disjoint(const struct conf_export *defs, unsigned int nr,
+			    bool readonly, const char *conf_path,
+			    char *errbuf, size_t errlen)
+{
+	struct volume_ids **ids;
+	struct volume_config vc;
+	struct volume_overlap ov;
+	bool ro_i, ro_j;
+	char msg[1024];
+	unsigned int i, j;
+	int r = 0;
+
+	if (nr < 2)
+		return 0;
+	ids = calloc(nr, sizeof(*ids));
+	if (!ids) {
+		snprintf(errbuf, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (i = 0; i < nr && !r; i++) {
+		conf_export_volume(&defs[i], &vc);
+		r = volume_ids_get(&ids[i], &vc);
+		if (r) {
+			snprintf(msg, sizeof(msg), "%s",
+				 r == -ENOMEM ? "out of memory" : strerror(-r));
+			export_errmsg(errbuf, errlen, conf_path, &defs[i], msg);
+		}
+	}
+	for (i = 0; i < nr && !r; i++) {
+		ro_i = readonly || defs[i].readonly;
+		for (j = i + 1; j < nr && !r; j++) {
+			ro_j = readonly || defs[j].readonly;
+			if ((ro_i && ro_j) || !volume_overlap(ids[i], ids[j], &ov))
+				continue;
+			snprintf(msg, sizeof(msg),
+				 "member %s: the same storage as member %s of [export %s] (%s)",
+				 defs[j].members[ov.member_b],
+				 defs[i].members[ov.member_a], defs[i].name,
+				 ov.why);
+			/* The command line has one export; this is for others. */
+			if (conf_path)
+				export_errmsg(errbuf, errlen, conf_path,
+					      &defs[j], msg);
+			else
+				snprintf(errbuf, errlen, "[export %s] %s",
+					 defs[j].name, msg);
+			r = -EINVAL;
+		}
+	}
+	for (i = 0; i < nr; i++)
+		volume_ids_free(ids[i]);
+	free(ids);
+	return r;
+}
+
 int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
 		      unsigned int nr, bool readonly, const char *conf_path,
 		      char *errbuf, size_t errlen)
@@ -97,6 +158,9 @@ int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
 			return r;
 		}
 	}
+	r = exports_disjoint(defs, nr, readonly, conf_path, errbuf, errlen);
+	if (r)
+		return r;
 	v = calloc(nr, sizeof(*v));
 	if (!v) {
 		snprintf(errbuf, errlen, "out of memory");

@@ -50,6 +50,7 @@ static void conn_free(struct conn *c)
 
 	ev_io_stop(w->loop, &c->rio);
 	ev_io_stop(w->loop, &c->wio);
+	ev_timer_stop(w->loop, &c->hs_timer);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -62,6 +63,7 @@ static void conn_free(struct conn *c)
 	free(c->obuf);
 	free(c->pend);
 	free(c);
+	srv_conn_gone(w->srv);
 	if (w->stopping && !w->conns)
 		ev_break(w->loop, EVBREAK_ONE);
 }
@@ -84,6 +86,7 @@ static void conn_fail(struct conn *c)
 	c->draining = true;
 	ev_io_stop(c->w->loop, &c->rio);
 	ev_io_stop(c->w->loop, &c->wio);
+	ev_timer_stop(c->w->loop, &c->hs_timer);
 	shutdown(c->fd, SHUT_RDWR);
 	/*
 	 * Unsent handshake bytes can never go either; left counted, they
@@ -113,7 +116,12 @@ static void conn_drain(struct conn *c)
 	conn_maybe_close(c);
 }
 
-/* Send what the handshake queued; returns false if the socket died. */
+/*
+ * Send what the handshake queued; returns false if the socket died.  While
+ * a reply waits for room the connection reads nothing more, so a client
+ * that sends options and never reads the replies holds one reply's worth
+ * of memory, not one per option.
+ */
 static bool obuf_send(struct conn *c)
 {
 	while (c->ooff < c->olen) {
@@ -124,6 +132,7 @@ static bool obuf_send(struct conn *c)
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN) {
+				ev_io_stop(c->w->loop, &c->rio);
 				ev_io_start(c->w->loop, &c->wio);
 				return true;
 			}
@@ -138,7 +147,16 @@ static bool obuf_send(struct conn *c)
 		conn_fail(c);
 		return false;
 	}
+	if (!c->paused && !c->draining)
+		ev_io_start(c->w->loop, &c->rio);
 	return true;
+}
+
+static void conn_hs_timeout_cb(struct ev_loop *loop, ev_timer *t,
+			       int revents)
+{
+	/* Still negotiating: a slow or idle client holds no slot forever. */
+	conn_fail(container_of(t, struct conn, hs_timer));
 }
 
 void conn_accept(struct worker *w, int fd)
@@ -147,6 +165,7 @@ void conn_accept(struct worker *w, int fd)
 
 	if (!c) {
 		close(fd);
+		srv_conn_gone(w->srv);
 		return;
 	}
 	c->w = w;
@@ -154,18 +173,21 @@ void conn_accept(struct worker *w, int fd)
 	c->oq_tail = &c->oq_head;
 	ev_io_init(&c->rio, conn_read_cb, fd, EV_READ);
 	ev_io_init(&c->wio, conn_write_cb, fd, EV_WRITE);
+	ev_timer_init(&c->hs_timer, conn_hs_timeout_cb, w->srv->handshake_s,
+		      0.);
 	c->next = w->conns;
 	if (w->conns)
 		w->conns->prev = c;
 	w->conns = c;
 	w->nr_conns++;
 
+	if (w->srv->handshake_s > 0)
+		ev_timer_start(w->loop, &c->hs_timer);
 	if (hs_start(c)) {
 		conn_fail(c);
 		return;
 	}
-	if (obuf_send(c))
-		ev_io_start(w->loop, &c->rio);
+	obuf_send(c);
 }
 
 /* ---- handshake ---- */
@@ -192,9 +214,12 @@ static void handshake_read(struct conn *c)
 			conn_fail(c);
 			return;
 		}
-		if (!obuf_send(c))
-			return;
+		if (c->state == CS_TRANSMISSION)
+			ev_timer_stop(c->w->loop, &c->hs_timer);
+		if (!obuf_send(c) || c->olen)
+			return; /* dead, or waiting for the client to read */
 	}
+	ev_timer_stop(c->w->loop, &c->hs_timer);
 }
 
 /* ---- transmission: reading requests ---- */
@@ -378,8 +403,11 @@ static void conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 	busypoll_arrival(&c->w->poll, loop);
 	if (c->state != CS_TRANSMISSION) {
 		handshake_read(c);
-		/* GO may have been followed by pipelined requests. */
-		if (c->state != CS_TRANSMISSION || c->dead)
+		/*
+		 * GO may have been followed by pipelined requests; they are
+		 * read once its reply is out.
+		 */
+		if (c->state != CS_TRANSMISSION || c->dead || c->olen)
 			return;
 	}
 	tx_read(c);
@@ -445,6 +473,7 @@ static void conn_write_cb(struct ev_loop *loop, ev_io *w, int revents)
 		return; /* dead, or still waiting for room */
 	if (c->state == CS_TRANSMISSION)
 		conn_send(c);
+	/* obuf_send started reading again: the loop calls conn_read_cb. */
 }
 
 void conn_send_dirty(struct worker *w)

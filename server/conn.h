@@ -30,6 +30,7 @@ struct conn {
 	bool dirty;
 	int fd;
 	ev_io rio, wio;
+	ev_timer hs_timer; /* handshake time limit */
 	enum conn_state state;
 
 	/* handshake (handshake.c) */

@@ -26,11 +26,76 @@ struct listener {
 	bool tcp;
 };
 
+/* Out of file descriptors: how long accepting pauses. */
+#define ACCEPT_BACKOFF_S 0.25
+
 static struct listener listeners[MAX_LISTENERS];
 static int nr_listeners;
 static char *unix_path_bound;
 static struct server *server;
 static unsigned int next_worker;
+static ev_timer backoff;
+static ev_tstamp logged_emfile_at; /* 0 = never */
+static bool logged_full;
+
+/* Out of descriptors is said at most once a minute: it comes in floods. */
+#define EMFILE_LOG_INTERVAL_S 60.0
+
+static void listeners_pause(struct ev_loop *loop, bool on)
+{
+	for (int i = 0; i < nr_listeners; i++) {
+		if (on)
+			ev_io_stop(loop, &listeners[i].io);
+		else
+			ev_io_start(loop, &listeners[i].io);
+	}
+}
+
+static void backoff_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	listeners_pause(loop, false);
+}
+
+/*
+ * accept() failed for want of descriptors: the pending connection stays
+ * queued and the listener stays readable, so accepting again at once would
+ * spin.  Pause for a moment (connections that close meanwhile free
+ * descriptors); clients already connected are served as before.
+ */
+static void accept_backoff(struct ev_loop *loop, int err)
+{
+	if (!logged_emfile_at ||
+	    ev_now(loop) - logged_emfile_at >= EMFILE_LOG_INTERVAL_S) {
+		nbdl_log(NBDL_ERROR,
+			 "accept: %s: not accepting for %g s at a time until "
+			 "connections close",
+			 strerror(err), ACCEPT_BACKOFF_S);
+		logged_emfile_at = ev_now(loop);
+	}
+	listeners_pause(loop, true);
+	ev_timer_set(&backoff, ACCEPT_BACKOFF_S, 0.);
+	ev_timer_start(loop, &backoff);
+}
+
+/* Room for one more connection under --max-connections? */
+static bool conn_slot(void)
+{
+	unsigned int n = atomic_fetch_add(&server->nr_conns, 1);
+
+	if (n < server->max_conns) {
+		logged_full = false;
+		return true;
+	}
+	srv_conn_gone(server);
+	if (!logged_full) {
+		nbdl_log(NBDL_ERROR,
+			 "%u connections: refusing new clients until some "
+			 "leave (--max-connections)",
+			 server->max_conns);
+		logged_full = true;
+	}
+	return false;
+}
 
 static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
@@ -43,7 +108,15 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
-			return; /* EAGAIN, or out of fds: try on the next event */
+			if (errno == EMFILE || errno == ENFILE ||
+			    errno == ENOBUFS || errno == ENOMEM)
+				accept_backoff(loop, errno);
+			return;
+		}
+		if (!conn_slot()) {
+			/* Closed before the greeting: the client sees EOF. */
+			close(fd);
+			continue;
 		}
 		if (l->tcp)
 			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
@@ -133,6 +206,48 @@ int listen_tcp(const char *addr, const char *port, char *errbuf,
 	return 0;
 }
 
+/*
+ * 0 when nobody accepts on @sa (a stale socket: ECONNREFUSED), -EADDRINUSE
+ * when a server does, else -errno.
+ */
+static int socket_in_use(const struct sockaddr_un *sa)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	int r = 0;
+
+	if (fd < 0)
+		return -errno;
+	/* EAGAIN: a live listener whose backlog is full. */
+	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0 ||
+	    errno == EAGAIN)
+		r = -EADDRINUSE;
+	else if (errno != ECONNREFUSED && errno != ENOENT)
+		r = -errno;
+	close(fd);
+	return r;
+}
+
+int listen_unix_check(const char *path, char *errbuf, size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int r;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		snprintf(errbuf, errlen, "unix socket %s: path too long", path);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, path);
+	if (stat(path, &st) || !S_ISSOCK(st.st_mode))
+		return 0;
+	r = socket_in_use(&sa);
+	if (r)
+		snprintf(errbuf, errlen, "unix socket %s: %s", path,
+			 r == -EADDRINUSE ? "in use by a running server" :
+					    strerror(-r));
+	return r;
+}
+
 int listen_unix(const char *path, char *errbuf, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -144,9 +259,16 @@ int listen_unix(const char *path, char *errbuf, size_t errlen)
 		return -ENAMETOOLONG;
 	}
 	strcpy(sa.sun_path, path);
-	/* A socket left behind by a killed server is replaced, nothing else. */
-	if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+	/*
+	 * A socket left behind by a killed server is replaced, nothing else;
+	 * one that a live server accepts on is that server's.
+	 */
+	if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+		r = listen_unix_check(path, errbuf, errlen);
+		if (r)
+			return r;
 		unlink(path);
+	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
 	    listen(fd, 1024)) {
@@ -164,12 +286,14 @@ int listen_unix(const char *path, char *errbuf, size_t errlen)
 void listeners_start(struct ev_loop *loop, struct server *srv)
 {
 	server = srv;
+	ev_timer_init(&backoff, backoff_cb, ACCEPT_BACKOFF_S, 0.);
 	for (int i = 0; i < nr_listeners; i++)
 		ev_io_start(loop, &listeners[i].io);
 }
 
 void listeners_close(struct ev_loop *loop)
 {
+	ev_timer_stop(loop, &backoff);
 	for (int i = 0; i < nr_listeners; i++) {
 		ev_io_stop(loop, &listeners[i].io);
 		close(listeners[i].fd);

@@ -21,6 +21,13 @@ int listen_tcp(const char *addr, const char *port, char *errbuf,
 	       size_t errlen);
 int listen_unix(const char *path, char *errbuf, size_t errlen);
 
+/**
+ * listen_unix_check - refuse early (before exports create members) when
+ * @path is a socket a running server accepts on.  Returns 0 or -errno
+ * with a one-line message.
+ */
+int listen_unix_check(const char *path, char *errbuf, size_t errlen);
+
 /** listeners_start - accept on @loop, handing sockets to @srv's workers. */
 void listeners_start(struct ev_loop *loop, struct server *srv);
 

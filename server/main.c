@@ -76,10 +76,12 @@ static void usage(FILE *f)
 	fputs("Usage: bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-e EXPORTNAME] [-P PIDFILE] [--stripe-size SIZE]\n"
 	      "              [--size SIZE] [--backend io_uring|threads]\n"
-	      "              [--poll-us N] MEMBER...\n"
+	      "              [--poll-us N] [--handshake-timeout S]\n"
+	      "              [--max-connections N] MEMBER...\n"
 	      "       bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-P PIDFILE] [--backend io_uring|threads]\n"
-	      "              [--poll-us N] -c FILE.conf\n"
+	      "              [--poll-us N] [--handshake-timeout S]\n"
+	      "              [--max-connections N] -c FILE.conf\n"
 	      "\n"
 	      "Serve a RAID-0 volume striped over MEMBER files (or the exports of\n"
 	      "FILE.conf) over NBD.  Listens on 127.0.0.1:10809 unless -U, -i or\n"
@@ -100,6 +102,10 @@ static void usage(FILE *f)
 	      "      --poll-us N        busy-poll up to N microseconds for the next\n"
 	      "                         request after replying (adaptive; default\n"
 	      "                         200, 0 = always sleep)\n"
+	      "      --handshake-timeout S  drop clients still negotiating after\n"
+	      "                         S seconds (default 10, 0 = never)\n"
+	      "      --max-connections N  refuse clients beyond N connections\n"
+	      "                         (default 1024)\n"
 	      "  -h, --help             this text\n"
 	      "  -V, --version          print the version\n",
 	      f);
@@ -144,6 +150,8 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "size", required_argument, NULL, 's' },
 		{ "backend", required_argument, NULL, 'b' },
 		{ "poll-us", required_argument, NULL, 'L' },
+		{ "handshake-timeout", required_argument, NULL, 'H' },
+		{ "max-connections", required_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -166,6 +174,14 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		case 's': cl->size = optarg; break;
 		case 'b': add_setting(cl, "--backend", "backend", optarg); break;
 		case 'L': add_setting(cl, "--poll-us", "poll-us", optarg); break;
+		case 'H':
+			add_setting(cl, "--handshake-timeout", "handshake-timeout",
+				    optarg);
+			break;
+		case 'M':
+			add_setting(cl, "--max-connections", "max-connections",
+				    optarg);
+			break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("bionbd %s\n", BIONBD_VERSION); exit(0);
 		default: usage(stderr); exit(1);
@@ -246,6 +262,15 @@ static void apply_settings(struct srv_options *o, const struct conf *c,
 }
 
 /* ---- running ---- */
+
+/* Another server on our socket: say so before any member is touched. */
+static void check_socket(const struct srv_options *o)
+{
+	char err[512];
+
+	if (o->socket && listen_unix_check(o->socket, err, sizeof(err)))
+		die("%s", err);
+}
 
 /*
  * Fail now, while the user is watching, if io_uring cannot be used; fall
@@ -351,6 +376,7 @@ int main(int argc, char **argv)
 		if (conf_load(&conf, cl.conf_path, err, sizeof(err)))
 			die("%s", err);
 		apply_settings(&o, conf, &cl);
+		check_socket(&o);
 		if (nbdl_exports_open(&srv.exports, conf->exports,
 				      conf->nr_exports, cl.readonly, conf->path,
 				      err, sizeof(err)))
@@ -358,10 +384,13 @@ int main(int argc, char **argv)
 		srv.nr_exports = conf->nr_exports;
 	} else {
 		apply_settings(&o, NULL, &cl);
+		check_socket(&o);
 		exports_from_cmdline(&cl);
 	}
 	srv.backend = choose_backend(&o);
 	srv.poll_max_s = o.poll_us / 1e6;
+	srv.handshake_s = o.handshake_s;
+	srv.max_conns = o.max_conns;
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	srv.nr_workers = o.threads ? o.threads :
 				     (ncpu > 0 ? (unsigned int)ncpu : 1);

@@ -16,6 +16,8 @@ void srv_options_init(struct srv_options *o)
 	memset(o, 0, sizeof(*o));
 	o->backend = IOQ_IO_URING;
 	o->poll_us = SRV_DEFAULT_POLL_US;
+	o->handshake_s = SRV_DEFAULT_HANDSHAKE_S;
+	o->max_conns = SRV_DEFAULT_MAX_CONNS;
 }
 
 void srv_options_release(struct srv_options *o)
@@ -72,8 +74,26 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 		o->poll_us = n;
 		return 0;
 	}
+	if (!strcmp(key, "handshake-timeout")) {
+		if (conf_parse_uint(value, 0, SRV_MAX_HANDSHAKE_S, &n)) {
+			snprintf(why, whylen, "expected seconds 0..%u",
+				 SRV_MAX_HANDSHAKE_S);
+			return -EINVAL;
+		}
+		o->handshake_s = n;
+		return 0;
+	}
+	if (!strcmp(key, "max-connections")) {
+		if (conf_parse_uint(value, 1, SRV_MAX_MAX_CONNS, &n)) {
+			snprintf(why, whylen, "expected a number 1..%u",
+				 SRV_MAX_MAX_CONNS);
+			return -EINVAL;
+		}
+		o->max_conns = n;
+		return 0;
+	}
 	snprintf(why, whylen,
 		 "unknown key (server keys: listen, port, socket, threads, "
-		 "backend, poll-us)");
+		 "backend, poll-us, handshake-timeout, max-connections)");
 	return -ENOENT;
 }

@@ -19,6 +19,10 @@
 #define SRV_MAX_THREADS 1024u
 #define SRV_DEFAULT_POLL_US 200u /* busy-poll window cap, microseconds */
 #define SRV_MAX_POLL_US 100000u
+#define SRV_DEFAULT_HANDSHAKE_S 10u /* qemu's since CVE-2024-7409 */
+#define SRV_MAX_HANDSHAKE_S 3600u
+#define SRV_DEFAULT_MAX_CONNS 1024u
+#define SRV_MAX_MAX_CONNS 1000000u
 
 struct srv_options {
 	char *listen; /* address; NULL = not given */
@@ -28,16 +32,22 @@ struct srv_options {
 	enum ioq_backend backend;
 	bool backend_set; /* given, so no fallback when io_uring fails */
 	unsigned int poll_us;
+	unsigned int handshake_s; /* 0 = no limit */
+	unsigned int max_conns;
 };
 
-/* Defaults: nothing given, backend io_uring, poll-us 200. */
+/*
+ * Defaults: nothing given, backend io_uring, poll-us 200, handshake-timeout
+ * 10, max-connections 1024.
+ */
 void srv_options_init(struct srv_options *o);
 
 void srv_options_release(struct srv_options *o);
 
 /**
  * srv_option_set - apply one setting: "listen", "port", "socket",
- *                  "threads", "backend", "poll-us"
+ *                  "threads", "backend", "poll-us", "handshake-timeout",
+ *                  "max-connections"
  * @why: on -EINVAL, what is wrong with @value (callers name the key or
  *       flag, and the file and line)
  *

@@ -26,7 +26,7 @@
 
 /* Limits that keep a client from growing the server's memory. */
 #define SRV_MAX_OPTION_BYTES (64u << 10) /* larger: drop the client */
-#define SRV_MAX_OPTIONS 1024u /* options per handshake */
+#define SRV_MAX_OPTIONS 32u /* options per handshake, as nbdkit */
 #define SRV_MAX_INFLIGHT_REQS 256u /* per connection */
 #define SRV_MAX_INFLIGHT_BYTES (128u << 20) /* per connection */
 #define SRV_RBUF_BYTES (256u << 10) /* per worker */
@@ -45,7 +45,19 @@ struct server {
 	unsigned int nr_workers;
 	enum ioq_backend backend;
 	double poll_max_s; /* busy-poll window cap; 0 = never busy-poll */
+	double handshake_s; /* drop clients still negotiating then; 0 = never */
+	unsigned int max_conns;
+	atomic_uint nr_conns; /* accepted and not yet closed, all workers */
 	atomic_bool stopping;
 };
+
+/*
+ * A connection ended (or was never handed to a worker): make room under
+ * max_conns.  Any thread.
+ */
+static inline void srv_conn_gone(struct server *srv)
+{
+	atomic_fetch_sub(&srv->nr_conns, 1);
+}
 
 #endif /* BIONBD_SERVER_H */

@@ -55,10 +55,12 @@ static void worker_wake_cb(struct ev_loop *loop, ev_async *a, int revents)
 	pthread_mutex_unlock(&w->lock);
 
 	for (unsigned int i = 0; i < n; i++) {
-		if (stop || w->stopping)
+		if (stop || w->stopping) {
 			close(fds[i]);
-		else
+			srv_conn_gone(w->srv);
+		} else {
 			conn_accept(w, fds[i]);
+		}
 	}
 	free(fds);
 	if (stop && !w->stopping)
@@ -113,6 +115,7 @@ void worker_hand_off(struct worker *w, int fd)
 		if (!v) {
 			pthread_mutex_unlock(&w->lock);
 			close(fd);
+			srv_conn_gone(w->srv);
 			return;
 		}
 		w->new_fds = v;

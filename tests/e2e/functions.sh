@@ -297,7 +297,8 @@ stripe_member() {
 #   requires_server          the selected server is built (else FAIL) and
 #                            its runtime (nbdkit) is installed (else skip)
 #   start_server [-r] [--stripe-size S] [--size S] [--backend B]
-#                [--conf FILE] [--export NAME] [--] [MEMBER...]
+#                [--conf FILE] [--export NAME] [--threads N]
+#                [--] [MEMBER...]
 #                            serve on a unix socket in $tmp, in the
 #                            background (stopped at exit); returns once it
 #                            accepts connections.  Sets NBD_SOCK, NBD_URI,
@@ -352,6 +353,7 @@ nbd_uri() {
 # in the array _cmd.
 _server_cmd() {
     local sock=$1 pidfile=$2 ro='' chunk='' size='' be='' conf='' export='' arg
+    local threads=''
     shift 2
     local mem=()
     while [[ $# -gt 0 ]]; do
@@ -362,6 +364,7 @@ _server_cmd() {
         --backend) be=$2; shift ;;
         --conf) conf=$2; shift ;;
         --export) export=$2; shift ;;
+        --threads) threads=$2; shift ;;
         --) shift; mem+=("$@"); break ;;
         -*) die "start_server: unknown option $1" ;;
         *) mem+=("$1") ;;
@@ -372,6 +375,7 @@ _server_cmd() {
     plugin)
         _cmd=(nbdkit -f --exit-with-parent -U "$sock" -P "$pidfile")
         [[ -z $ro ]] || _cmd+=(-r)
+        [[ -z $threads ]] || _cmd+=(--threads "$threads")
         _cmd+=("$BIO_PLUGIN")
         for arg in "${mem[@]}"; do _cmd+=("file=$arg"); done
         [[ -z $chunk ]] || _cmd+=("stripe-size=$chunk")
@@ -383,6 +387,7 @@ _server_cmd() {
     bionbd)
         _cmd=("$BIONBD" -f -U "$sock" -P "$pidfile")
         [[ -z $ro ]] || _cmd+=(-r)
+        [[ -z $threads ]] || _cmd+=(-t "$threads")
         [[ -z $chunk ]] || _cmd+=(--stripe-size "$chunk")
         [[ -z $size ]] || _cmd+=(--size "$size")
         [[ -z $be ]] || _cmd+=(--backend "$be")

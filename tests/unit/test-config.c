@@ -11,7 +11,9 @@
  * 4K, sizes not a multiple of 512, bad booleans, duplicate exports,
  * duplicate [server], duplicate members, an export
  * without a member, an empty file, an overlong line, a missing file.  And
- * the single-key setters the command-line front ends use.
+ * the single-key setters the command-line front ends use, with NBD's
+ * 4096-byte limit on export names (4096 accepted, 4097 refused) and
+ * descriptions.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -312,6 +314,73 @@ static void test_setters(void)
 	}
 }
 
+/*
+ * NBD's limit for names and descriptions, 4096 bytes: the name is checked
+ * by conf_export_check (conf_export_init only copies it), the description
+ * by conf_export_set; in a file, a long [export NAME] is refused too.
+ */
+static void test_name_limits(void)
+{
+	static char s[CONF_MAX_NAME_BYTES + 2];
+	struct conf_export e;
+	struct conf *c = NULL;
+	char *text;
+
+	memset(s, 'n', CONF_MAX_NAME_BYTES);
+	s[CONF_MAX_NAME_BYTES] = '\0';
+	CHECK_EQ(conf_export_init(&e, s), 0);
+	CHECK_EQ(conf_export_set(&e, "file", "/x", err, sizeof(err)), 0);
+	CHECK_EQ(conf_export_check(&e, err, sizeof(err)), 0);
+	conf_export_release(&e);
+
+	s[CONF_MAX_NAME_BYTES] = 'n'; /* 4097 bytes */
+	CHECK_EQ(conf_export_init(&e, s), 0);
+	CHECK_EQ(conf_export_set(&e, "file", "/x", err, sizeof(err)), 0);
+	CHECK_EQ(conf_export_check(&e, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "export name 'nnnn"));
+	CHECK(strstr(err, "4097 bytes") && strstr(err, "4096"));
+	CHECK(!strchr(err, '\n') && strlen(err) < 200);
+	conf_export_release(&e);
+
+	/* Descriptions: the same limit, at the setter. */
+	CHECK_EQ(conf_export_init(&e, ""), 0);
+	CHECK_EQ(conf_export_set(&e, "description", s, err, sizeof(err)),
+		 -EINVAL);
+	CHECK(strstr(err, "description") && strstr(err, "4096"));
+	CHECK(!e.description);
+	s[CONF_MAX_NAME_BYTES] = '\0';
+	CHECK_EQ(conf_export_set(&e, "description", s, err, sizeof(err)), 0);
+	CHECK_EQ(strlen(e.description), CONF_MAX_NAME_BYTES);
+	CHECK_EQ(conf_export_set(&e, "file", "/x", err, sizeof(err)), 0);
+	CHECK_EQ(conf_export_check(&e, err, sizeof(err)), 0);
+	conf_export_release(&e);
+
+	/*
+	 * In a file: refused, whether by the line length or by the name's
+	 * own check (the header is no longer cut at 255 bytes).
+	 */
+	s[CONF_MAX_NAME_BYTES] = 'n';
+	CHECK(asprintf(&text, "[export %s]\nfile = /x\n", s) > 0);
+	CHECK_EQ(conf_parse_string(&c, text, "t.conf", "/base", err,
+				   sizeof(err)),
+		 -EINVAL);
+	CHECK(strstr(err, "t.conf:1:"));
+	CHECK(strstr(err, "line too long") || strstr(err, "4097 bytes"));
+	free(text);
+
+	/* 300 bytes fit NBD; if libinih takes the line, it is kept whole. */
+	s[300] = '\0';
+	CHECK(asprintf(&text, "[export %s]\nfile = /x\n", s) > 0);
+	if (conf_parse_string(&c, text, "t.conf", "/base", err,
+			      sizeof(err)) == 0) {
+		CHECK_EQ(strlen(c->exports[0].name), 300);
+		conf_free(c);
+	} else {
+		CHECK(strstr(err, "line too long"));
+	}
+	free(text);
+}
+
 /* conf_load: real files, relative paths, errors naming the file. */
 static void test_files(void)
 {
@@ -402,6 +471,7 @@ int main(void)
 	test_good();
 	test_bad();
 	test_setters();
+	test_name_limits();
 	test_files();
 	test_example();
 	printf("test-config: ok\n");

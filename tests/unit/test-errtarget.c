@@ -7,7 +7,9 @@
  * exactly once, after every piece; all other pieces completed and their
  * data is in the member files; the parent holds no extra reference; the
  * next bio works.  The same for READ, DISCARD, WRITE_ZEROES, CACHE,
- * EXTENTS and FLUSH (which fans out to every member).  Two members failing
+ * EXTENTS and FLUSH (which fans out to every member); DISCARD,
+ * WRITE_ZEROES and CACHE reach each member as one merged piece, the
+ * member's chunks of the range back to back.  Two members failing
  * with different errors: the error of the piece that completed first wins.
  * Rule semantics on a bare error target: range overlap, op filter, skip
  * then count, count 0 = forever, invalid rules.  A loop of failing bios
@@ -296,12 +298,21 @@ static int do_bio(struct ioq *q, struct target *t, struct fixture *f,
  * rule (chunk k on member k % NR at (k / NR) * CHUNK), each op @op, and
  * each ended with @fail_err on members set in @fail_mask and 0 elsewhere.
  */
+static void expect_merged(struct fixture *f, enum req_op op, uint64_t off,
+			  uint64_t len, unsigned int fail_mask,
+			  const int fail_err[NR]);
+
 static void expect_pieces(struct fixture *f, enum req_op op, uint64_t off,
 			  uint64_t len, unsigned int fail_mask,
 			  const int fail_err[NR])
 {
 	unsigned int want[NR] = {0};
 
+	if (op == REQ_OP_DISCARD || op == REQ_OP_WRITE_ZEROES ||
+	    op == REQ_OP_CACHE) {
+		expect_merged(f, op, off, len, fail_mask, fail_err);
+		return;
+	}
 	for (uint64_t o = off; o < off + len;) {
 		uint64_t k = o / CHUNK, in = o % CHUNK;
 		uint64_t n =
@@ -424,6 +435,46 @@ static void case_write_one_member_fails(struct fixture *f, uint64_t off,
 		expect_member_range(f, m, off, MIB, 0xc3);
 	free(buf);
 	free(rd);
+}
+
+/*
+ * Ranged ops without data go down as one piece per member: the pieces the
+ * layout rule gives for that member, which lie back to back on it, merged.
+ */
+static void expect_merged(struct fixture *f, enum req_op op, uint64_t off,
+			  uint64_t len, unsigned int fail_mask,
+			  const int fail_err[NR])
+{
+	uint64_t start[NR], end[NR];
+	bool touched[NR] = {false};
+
+	for (uint64_t o = off; o < off + len;) {
+		uint64_t k = o / CHUNK, in = o % CHUNK;
+		uint64_t n =
+		    CHUNK - in < off + len - o ? CHUNK - in : off + len - o;
+		unsigned int m = (unsigned int)(k % NR);
+		uint64_t moff = (k / NR) * CHUNK + in;
+
+		if (!touched[m]) {
+			touched[m] = true;
+			start[m] = moff;
+		} else {
+			CHECK_EQ(moff, end[m]); /* back to back on the member */
+		}
+		end[m] = moff + n;
+		o += n;
+	}
+	for (unsigned int m = 0; m < NR; m++) {
+		CHECK_EQ(f->spy[m]->nr, touched[m] ? 1 : 0);
+		if (!touched[m])
+			continue;
+		CHECK_EQ(f->spy[m]->rec[0].off_bytes, start[m]);
+		CHECK_EQ(f->spy[m]->rec[0].len_bytes, end[m] - start[m]);
+		CHECK_EQ(f->spy[m]->rec[0].op, op);
+		CHECK(f->spy[m]->rec[0].done);
+		CHECK_EQ(f->spy[m]->rec[0].status,
+			 (fail_mask >> m) & 1 ? fail_err[m] : 0);
+	}
 }
 
 /* Non-write ops with member 2 failing every op. */

@@ -4,13 +4,16 @@
  * both go through: every key with good values, the edges of each range,
  * refused values leave the setting as it was and say why without naming
  * the key (callers add the key or the flag), later values win, unknown keys
- * are -ENOENT.
+ * are -ENOENT; the handshake time limit and the connection limit; and
+ * every [server] key conf/example.conf ships is accepted.
  *
  * SPDX-License-Identifier: MIT
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <bionbd/config.h>
 
 #include "options.h"
 #include "unit.h"
@@ -79,11 +82,44 @@ int main(void)
 	CHECK_EQ(set(&o, "poll-us", "soon"), -EINVAL);
 	CHECK_EQ(o.poll_us, 100000);
 
+	CHECK_EQ(o.handshake_s, SRV_DEFAULT_HANDSHAKE_S);
+	CHECK_EQ(set(&o, "handshake-timeout", "0"), 0); /* no limit */
+	CHECK_EQ(o.handshake_s, 0);
+	CHECK_EQ(set(&o, "handshake-timeout", "3600"), 0);
+	CHECK_EQ(set(&o, "handshake-timeout", "3601"), -EINVAL);
+	CHECK_EQ(set(&o, "handshake-timeout", "1.5"), -EINVAL);
+	CHECK_EQ(o.handshake_s, 3600);
+
+	CHECK_EQ(o.max_conns, SRV_DEFAULT_MAX_CONNS);
+	CHECK_EQ(set(&o, "max-connections", "1"), 0);
+	CHECK_EQ(set(&o, "max-connections", "0"), -EINVAL);
+	CHECK_EQ(set(&o, "max-connections", "1000001"), -EINVAL);
+	CHECK_EQ(o.max_conns, 1);
+
 	CHECK_EQ(set(&o, "listen_addr", "x"), -ENOENT);
 	CHECK(strstr(why, "unknown key"));
 
 	srv_options_release(&o);
 	CHECK(!o.listen && !o.socket && !o.port);
+
+	/* Every [server] key of conf/example.conf is one bionbd takes. */
+	{
+		const char *slash = strrchr(__FILE__, '/');
+		char path[4096], err[512];
+		struct conf *c;
+
+		snprintf(path, sizeof(path), "%.*s/../../conf/example.conf",
+			 (int)(slash - __FILE__), __FILE__);
+		CHECK_EQ(conf_load(&c, path, err, sizeof(err)), 0);
+		CHECK(c->nr_server_keys >= 6);
+		srv_options_init(&o);
+		for (unsigned int i = 0; i < c->nr_server_keys; i++)
+			CHECK_EQ(set(&o, c->server_keys[i].key,
+				     c->server_keys[i].value),
+				 0);
+		srv_options_release(&o);
+		conf_free(c);
+	}
 	printf("test-server-options: ok\n");
 	return 0;
 }

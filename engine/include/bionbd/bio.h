@@ -69,7 +69,9 @@ enum req_op {
 	REQ_OP_DISCARD = 3,
 	REQ_OP_CACHE = 4, /* readahead hint; completes when queued */
 	REQ_OP_WRITE_ZEROES = 5,
-	REQ_OP_EXTENTS = 6, /* report allocation of the range in bi_ext */
+	REQ_OP_EXTENTS = 6, /* report allocation of the range in bi_ext; a
+			     * target may report a prefix only (completing
+			     * the rest unreported) to bound its work */
 	REQ_OP_LAST,
 };
 

@@ -144,6 +144,9 @@ struct stripe_piece {
 	uint64_t length; /* bytes, up to the next chunk boundary */
 };
 
+/* Member lookups one extents bio may cost before it answers a prefix. */
+#define STRIPE_MAX_EXTENT_PIECES 1024u
+
 #define STRIPE_MIN_CHUNK 4096u
 #define STRIPE_DEFAULT_CHUNK 65536u
 #define STRIPE_MAX_CHUNK (1u << 30)

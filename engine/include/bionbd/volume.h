@@ -5,7 +5,16 @@
  * volume_open() validates the whole definition (chunk, member count,
  * duplicates, file types, sizes) before it creates, extends or opens
  * anything, so a mistake in a definition costs no file.  Front ends with
- * several volumes call volume_check() on every one first.
+ * several volumes call volume_check() on every one first, and
+ * volume_overlap() on every pair (with volume_ids_get() once per volume).
+ *
+ * Duplicates are storage, not spellings: two members are one when they are
+ * the same file (hard link, symlink, /dev/fd/N), two nodes of one block
+ * device, a loop device and its backing file (or loop devices over
+ * overlapping bytes of one file), a disk and one of its partitions, or
+ * overlapping partitions.  Loop devices and partitions are read from sysfs
+ * and LOOP_GET_STATUS64; where those are missing, what remains (paths,
+ * inodes, device numbers) is compared.
  */
 #ifndef BIONBD_VOLUME_H
 #define BIONBD_VOLUME_H
@@ -31,8 +40,10 @@ struct volume_config {
  * @out: receives the stripe target; the caller owns it (target_destroy)
  * @errbuf: receives a one-line message naming the problem on failure
  *
- * Files are never truncated; members this call created are removed again
- * when a later step fails.  Returns 0 or -errno.
+ * Files are never truncated below the size they had: when a later step
+ * fails, members this call created are removed again and members it grew
+ * are cut back to their old size.  Sizes above INT64_MAX, or that a volume
+ * without a size would reach, are refused.  Returns 0 or -errno.
  */
 int volume_open(struct target **out, const struct volume_config *cfg,
 		char *errbuf, size_t errlen);
@@ -43,5 +54,39 @@ int volume_open(struct target **out, const struct volume_config *cfg,
  */
 int volume_check(const struct volume_config *cfg, char *errbuf,
 		 size_t errlen);
+
+/* What every member of one volume is stored on: for volume_overlap(). */
+struct volume_ids;
+
+/**
+ * volume_ids_get - learn what each member of @cfg is stored on
+ * @out: receives the result; the caller frees it (volume_ids_free)
+ *
+ * Reads only: stat, realpath, sysfs, LOOP_GET_STATUS64.  Returns 0 or
+ * -errno (-ENOMEM, or a member whose directory cannot be resolved).
+ */
+int volume_ids_get(struct volume_ids **out, const struct volume_config *cfg);
+
+/** volume_ids_free - free what volume_ids_get() made (NULL is fine). */
+void volume_ids_free(struct volume_ids *ids);
+
+/* Where two volumes share storage, from volume_overlap(). */
+struct volume_overlap {
+	unsigned int member_a; /* index into the first volume's members */
+	unsigned int member_b; /* index into the second's */
+	const char *why;       /* static text, e.g. "a disk and its partition" */
+};
+
+/**
+ * volume_overlap - do two volumes share storage?
+ * @ov: on -EEXIST, the first pair of members found to be one storage
+ *
+ * The comparison volume_check() makes between the members of one volume,
+ * made between two; it touches no file (the identities were learnt by
+ * volume_ids_get()), so a front end with many volumes can compare every
+ * pair cheaply.  Returns 0 when they share nothing, -EEXIST when they do.
+ */
+int volume_overlap(const struct volume_ids *a, const struct volume_ids *b,
+		   struct volume_overlap *ov);
 
 #endif /* BIONBD_VOLUME_H */

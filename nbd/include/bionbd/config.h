@@ -118,7 +118,10 @@ void conf_free(struct conf *c);
 const struct conf_export *conf_find_export(const struct conf *c,
 					   const char *name);
 
-/** conf_export_init - an empty export named @name (a copy is made). */
+/**
+ * conf_export_init - an empty export named @name (a copy is made)
+ * Returns 0 or -ENOMEM; the name's length is conf_export_check()'s.
+ */
 int conf_export_init(struct conf_export *e, const char *name);
 
 /** conf_export_release - free what @e holds; @e itself stays the caller's. */
@@ -137,8 +140,10 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 		    char *errbuf, size_t errlen);
 
 /**
- * conf_export_check - what can only be checked once every key is in
- * (at least one member).  Returns 0 or -EINVAL with a message.
+ * conf_export_check - what can only be checked once every key is in: at
+ * least one member, and a name of at most CONF_MAX_NAME_BYTES (the name
+ * comes from conf_export_init(), which only copies it).  Returns 0 or
+ * -EINVAL with a message.
  */
 int conf_export_check(const struct conf_export *e, char *errbuf, size_t errlen);
 

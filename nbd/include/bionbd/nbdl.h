@@ -77,7 +77,8 @@ struct nbdl_export {
  *          "FILE:LINE: [export NAME] " when @conf_path is given
  *
  * Nothing is created, extended or opened unless every export passes
- * volume_check() first.  Returns 0 or -errno.
+ * volume_check() first and no two exports share storage (volume_overlap;
+ * two read-only exports may).  Returns 0 or -errno.
  */
 int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
 		      unsigned int nr, bool readonly, const char *conf_path,

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Description: what one client can cost bionbd during negotiation, and the
+# limits around connections (server-limits.py does the raw NBD):
+#  - options flood: with 4000 exports with descriptions (an NBD_OPT_LIST
+#    reply of 750 KiB), two clients each send 1024 LIST options and never
+#    read; the server reads no further option while a reply waits, so its
+#    RSS grows < 32 MB and another client is served meanwhile; once they
+#    read, they are dropped after 32 answers (the cap itself:
+#    server-malformed.py);
+#  - an idle client is dropped after --handshake-timeout, not before;
+#  - --max-connections 3: the fourth client is closed before the greeting,
+#    the three keep working, and a slot freed by a leaving client is used;
+#  - a second bionbd on the same -U socket exits 1 naming it and the first
+#    keeps serving; a socket left by a killed server is replaced;
+#  - under ulimit -n 64 with 200 idle connections the server spins no core
+#    (< 10% over 3 s) and keeps serving its existing client.
+source "$(dirname "$0")/functions.sh"
+
+requires_nbdpy
+requires nbdinfo
+make_tmpdir
+
+# ---- options flood, handshake limit
+d=$tmp/flood
+mkdir -p "$d"
+# One member file each: room for 4000 of them open.
+if (($(ulimit -n) < 8192)); then
+    ulimit -n 8192 2>/dev/null || skip "cannot raise the fd limit to 8192"
+fi
+desc=$(head -c 160 /dev/zero | tr '\0' 'd')
+{
+    for i in $(seq 1 ${FLOOD_EXPORTS:-4000}); do
+        printf '[export export-%04d]\nfile = m%d\nsize = 1M\ndescription = %s\n' \
+            "$i" "$i" "$desc"
+    done
+} >"$d/many.conf"
+start_bionbd -t 2 --handshake-timeout 4 -c "$d/many.conf"
+NBD_SOCK=$NBD_SOCK SERVER_PID=$SERVER_PID CASES=flood \
+    nbdpy "$SRC_DIR/tests/e2e/server-limits.py" || die "flood cases failed"
+stop_bionbd
+
+d=$tmp/small
+mkdir -p "$d"
+start_bionbd -t 1 --handshake-timeout 2 --max-connections 3 \
+    --size 8M "$d/m0" "$d/m1"
+NBD_SOCK=$NBD_SOCK SERVER_PID=$SERVER_PID CASES=idle,maxconn \
+    nbdpy "$SRC_DIR/tests/e2e/server-limits.py" || die "limit cases failed"
+
+# ---- a second instance on the same socket
+first_sock=$NBD_SOCK
+rc=0
+timeout 20 "$BIONBD" -f -U "$first_sock" --size 8M "$d/o0" "$d/o1" \
+    >"$d/second.out" 2>"$d/second.err" </dev/null || rc=$?
+[[ $rc -eq 1 ]] || die "second bionbd on $first_sock: exit status $rc, expected 1"
+[[ $(wc -l <"$d/second.err") -eq 1 ]] || die "second bionbd: expected one line on stderr"
+expect_grep "^bionbd: unix socket .*nbd\..*\.sock: in use" "$d/second.err"
+[[ ! -e $d/o0 ]] || die "second bionbd created its members before refusing"
+nbdinfo --size "$NBD_URI" >/dev/null || die "the first server stopped serving"
+log "ok second instance refused, the first still serves"
+
+# A socket left behind by a killed server is replaced.
+kill -KILL "$SERVER_PID"
+wait "$SERVER_PID" 2>/dev/null || :
+SERVER_PID=
+[[ -S $first_sock ]] || die "the killed server's socket is gone already"
+start_bg "$BIONBD" -f -U "$first_sock" "$d/m0" "$d/m1" </dev/null \
+    >"$d/third.log" 2>&1
+third=$BG_PID
+for ((n = 0; n < 100; n++)); do
+    nbdinfo --size "nbd+unix:///?socket=$first_sock" >/dev/null 2>&1 && break
+    sleep 0.1
+done
+nbdinfo --size "nbd+unix:///?socket=$first_sock" >/dev/null ||
+    die "no server on the replaced stale socket"
+kill -TERM "$third"
+wait "$third" || die "bionbd on the replaced socket: exit status $?"
+log "ok stale socket replaced"
+
+# ---- out of file descriptors
+d=$tmp/fds
+mkdir -p "$d"
+(
+    ulimit -n 64
+    exec "$BIONBD" -f -t 1 -U "$d/sock" -P "$d/pid" --size 8M \
+        "$d/m0" "$d/m1" </dev/null >"$d/log" 2>&1
+) &
+fdpid=$!
+_cleanup_pids+=("$fdpid")
+show_log_on_failure "$d/log"
+for ((n = 0; n < 100; n++)); do
+    [[ -s $d/pid ]] && break
+    sleep 0.1
+done
+[[ -s $d/pid ]] || die "bionbd under ulimit -n 64 did not start"
+NBD_SOCK=$d/sock SERVER_PID=$fdpid CASES=fds \
+    nbdpy "$SRC_DIR/tests/e2e/server-limits.py" || die "fd limit cases failed"
+kill -TERM "$fdpid"
+wait "$fdpid" || die "bionbd under ulimit -n 64: exit status $?"
+expect_grep "accept: Too many open files" "$d/log"
+[[ $(grep -c 'accept:' "$d/log") -eq 1 ]] || die "EMFILE logged more than once"
+log "PASS"
