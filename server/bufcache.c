@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * bufcache.c - per-worker payload buffers by size class (bufcache.h).
+ * bufcache.c - per-worker payload buffers under one budget (bufcache.h).
  */
-#include <stdlib.h>
+#include <sys/mman.h>
 
 #include "bufcache.h"
 
@@ -15,45 +15,64 @@ static unsigned int buf_class_of(uint32_t len)
 	return shift - BUF_MIN_SHIFT;
 }
 
+static void buf_unmap(void *p, unsigned int k)
+{
+	munmap(p, buf_class_bytes(k));
+}
+
 void *buf_get(struct buf_cache *bc, uint32_t len, unsigned int *cls)
 {
 	unsigned int k = buf_class_of(len);
 	void *p = bc->free[k];
 
 	*cls = k;
+	bc->gets++;
 	if (p) {
 		bc->free[k] = *(void **)p;
 		bc->nr[k]--;
+		bc->cached_bytes -= buf_class_bytes(k);
+		atomic_fetch_sub(&bc->pool->cached_bytes, buf_class_bytes(k));
 		return p;
 	}
-	if (posix_memalign(&p, 4096, buf_class_bytes(k)))
-		return NULL;
-	return p;
+	p = mmap(NULL, buf_class_bytes(k), PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
 }
 
 void buf_put(struct buf_cache *bc, void *p, unsigned int k)
 {
-	/* Keep plenty of small buffers, a few big ones. */
-	unsigned int keep = k <= 6 ? 64 : (k <= 10 ? 8 : 2);
+	size_t n = buf_class_bytes(k);
+	size_t was = atomic_fetch_add(&bc->pool->cached_bytes, n);
 
-	if (bc->nr[k] >= keep) {
-		free(p);
+	if (was + n > bc->pool->budget_bytes) {
+		atomic_fetch_sub(&bc->pool->cached_bytes, n);
+		buf_unmap(p, k);
 		return;
 	}
 	*(void **)p = bc->free[k];
 	bc->free[k] = p;
 	bc->nr[k]++;
+	bc->cached_bytes += n;
+}
+
+void buf_cache_trim(struct buf_cache *bc, size_t keep_bytes)
+{
+	for (int k = BUF_CLASSES - 1; k >= 0 && bc->cached_bytes > keep_bytes;
+	     k--) {
+		while (bc->free[k] && bc->cached_bytes > keep_bytes) {
+			void *p = bc->free[k];
+
+			bc->free[k] = *(void **)p;
+			bc->nr[k]--;
+			bc->cached_bytes -= buf_class_bytes(k);
+			atomic_fetch_sub(&bc->pool->cached_bytes,
+					 buf_class_bytes(k));
+			buf_unmap(p, (unsigned int)k);
+		}
+	}
 }
 
 void buf_cache_drain(struct buf_cache *bc)
 {
-	for (unsigned int k = 0; k < BUF_CLASSES; k++) {
-		while (bc->free[k]) {
-			void *p = bc->free[k];
-
-			bc->free[k] = *(void **)p;
-			free(p);
-		}
-		bc->nr[k] = 0;
-	}
+	buf_cache_trim(bc, 0);
 }

@@ -77,11 +77,11 @@ static void usage(FILE *f)
 	      "              [-e EXPORTNAME] [-P PIDFILE] [--stripe-size SIZE]\n"
 	      "              [--size SIZE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
-	      "              [--max-connections N] MEMBER...\n"
+	      "              [--max-connections N] [--memory SIZE] MEMBER...\n"
 	      "       bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-P PIDFILE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
-	      "              [--max-connections N] -c FILE.conf\n"
+	      "              [--max-connections N] [--memory SIZE] -c FILE.conf\n"
 	      "\n"
 	      "Serve a RAID-0 volume striped over MEMBER files (or the exports of\n"
 	      "FILE.conf) over NBD.  Listens on 127.0.0.1:10809 unless -U, -i or\n"
@@ -106,6 +106,9 @@ static void usage(FILE *f)
 	      "                         S seconds (default 10, 0 = never)\n"
 	      "      --max-connections N  refuse clients beyond N connections\n"
 	      "                         (default 1024)\n"
+	      "      --memory SIZE      payload buffers cached for reuse, all\n"
+	      "                         workers together (default 128M a worker,\n"
+	      "                         at most 1/8 of the RAM)\n"
 	      "  -h, --help             this text\n"
 	      "  -V, --version          print the version\n",
 	      f);
@@ -152,6 +155,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "poll-us", required_argument, NULL, 'L' },
 		{ "handshake-timeout", required_argument, NULL, 'H' },
 		{ "max-connections", required_argument, NULL, 'M' },
+		{ "memory", required_argument, NULL, 'm' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -182,6 +186,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 			add_setting(cl, "--max-connections", "max-connections",
 				    optarg);
 			break;
+		case 'm': add_setting(cl, "--memory", "memory", optarg); break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("bionbd %s\n", BIONBD_VERSION); exit(0);
 		default: usage(stderr); exit(1);
@@ -262,6 +267,23 @@ static void apply_settings(struct srv_options *o, const struct conf *c,
 }
 
 /* ---- running ---- */
+
+/*
+ * The buffer caches' budget: --memory, or enough per worker for large
+ * requests at a deep queue (128 MiB: 32 x 1 MiB with room), but never more
+ * than an eighth of the machine.
+ */
+static size_t memory_budget(const struct srv_options *o, unsigned int workers)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	uint64_t v = SRV_MEMORY_PER_WORKER * workers;
+
+	if (o->memory_set)
+		return (size_t)o->memory_bytes;
+	if (pages > 0 && psize > 0 && v > (uint64_t)pages * psize / 8)
+		v = (uint64_t)pages * psize / 8;
+	return (size_t)(v < SRV_MEMORY_MIN ? SRV_MEMORY_MIN : v);
+}
 
 /* Another server on our socket: say so before any member is touched. */
 static void check_socket(const struct srv_options *o)
@@ -394,6 +416,7 @@ int main(int argc, char **argv)
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	srv.nr_workers = o.threads ? o.threads :
 				     (ncpu > 0 ? (unsigned int)ncpu : 1);
+	srv.bufs.budget_bytes = memory_budget(&o, srv.nr_workers);
 
 	signal(SIGPIPE, SIG_IGN);
 	nbdl_set_logger(log_stderr);

@@ -92,8 +92,22 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 		o->max_conns = n;
 		return 0;
 	}
+	if (!strcmp(key, "memory")) {
+		uint64_t v;
+
+		if (parse_size(value, &v) || v > (1ull << 50)) {
+			snprintf(why, whylen,
+				 "expected a size up to 1P (e.g. 512M, 4G; 0 = "
+				 "cache no buffers)");
+			return -EINVAL;
+		}
+		o->memory_bytes = v;
+		o->memory_set = true;
+		return 0;
+	}
 	snprintf(why, whylen,
 		 "unknown key (server keys: listen, port, socket, threads, "
-		 "backend, poll-us, handshake-timeout, max-connections)");
+		 "backend, poll-us, handshake-timeout, max-connections, "
+		 "memory)");
 	return -ENOENT;
 }

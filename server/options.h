@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <bionbd/ioq.h>
 
@@ -23,6 +24,9 @@
 #define SRV_MAX_HANDSHAKE_S 3600u
 #define SRV_DEFAULT_MAX_CONNS 1024u
 #define SRV_MAX_MAX_CONNS 1000000u
+/* Default buffer cache budget: per worker, and at most 1/8 of the RAM. */
+#define SRV_MEMORY_PER_WORKER (128ull << 20)
+#define SRV_MEMORY_MIN (64ull << 20)
 
 struct srv_options {
 	char *listen; /* address; NULL = not given */
@@ -34,6 +38,8 @@ struct srv_options {
 	unsigned int poll_us;
 	unsigned int handshake_s; /* 0 = no limit */
 	unsigned int max_conns;
+	uint64_t memory_bytes; /* buffer cache budget; see memory_set */
+	bool memory_set; /* else derived from the worker count */
 };
 
 /*
@@ -47,7 +53,7 @@ void srv_options_release(struct srv_options *o);
 /**
  * srv_option_set - apply one setting: "listen", "port", "socket",
  *                  "threads", "backend", "poll-us", "handshake-timeout",
- *                  "max-connections"
+ *                  "max-connections", "memory"
  * @why: on -EINVAL, what is wrong with @value (callers name the key or
  *       flag, and the file and line)
  *

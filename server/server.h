@@ -21,6 +21,8 @@
 #include <bionbd/ioq.h>
 #include <bionbd/nbdl.h>
 
+#include "bufcache.h"
+
 #define container_of(ptr, type, member)                                        \
 	((type *)((char *)(ptr) - offsetof(type, member)))
 
@@ -35,6 +37,7 @@
 #define SRV_READ_CHUNKS 8 /* content chunks in one structured read */
 #define SRV_MAX_EXTENTS (1u << 20) /* descriptors in one block status */
 #define SRV_SHUTDOWN_GRACE_S 10.0 /* then clients that stopped reading go */
+#define SRV_IDLE_TRIM_S 1.5 /* a worker idle this long (twice) trims its cache */
 
 struct worker;
 
@@ -48,6 +51,7 @@ struct server {
 	double handshake_s; /* drop clients still negotiating then; 0 = never */
 	unsigned int max_conns;
 	atomic_uint nr_conns; /* accepted and not yet closed, all workers */
+	struct buf_pool bufs; /* the budget of every worker's buffer cache */
 	atomic_bool stopping;
 };
 

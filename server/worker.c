@@ -23,6 +23,26 @@ static void worker_after_reap(struct ioq_ev *qev)
 	if (w->dirty)
 		busypoll_replied(&w->poll, w->loop);
 	conn_send_dirty(w);
+	if (w->bufs.cached_bytes > BUF_IDLE_KEEP_BYTES &&
+	    !ev_is_active(&w->trim))
+		ev_timer_again(w->loop, &w->trim);
+}
+
+/*
+ * Every SRV_IDLE_TRIM_S while the cache holds more than an idle worker
+ * keeps: if no buffer was taken since the last look, the burst is over and
+ * the memory goes back to the system (within two periods of the last
+ * request).
+ */
+static void worker_trim_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = container_of(t, struct worker, trim);
+
+	if (w->bufs.gets == w->trim_gets)
+		buf_cache_trim(&w->bufs, BUF_IDLE_KEEP_BYTES);
+	w->trim_gets = w->bufs.gets;
+	if (w->bufs.cached_bytes <= BUF_IDLE_KEEP_BYTES)
+		ev_timer_stop(loop, t);
 }
 
 static void worker_grace_cb(struct ev_loop *loop, ev_timer *t, int revents)
@@ -97,6 +117,9 @@ int worker_init(struct worker *w, struct server *srv)
 	ev_async_init(&w->wake, worker_wake_cb);
 	ev_async_start(w->loop, &w->wake);
 	ev_timer_init(&w->grace, worker_grace_cb, SRV_SHUTDOWN_GRACE_S, 0.);
+	ev_init(&w->trim, worker_trim_cb);
+	w->trim.repeat = SRV_IDLE_TRIM_S;
+	w->bufs.pool = &srv->bufs;
 	return 0;
 }
 
@@ -146,6 +169,7 @@ void worker_fini(struct worker *w)
 	buf_cache_drain(&w->bufs);
 	req_cache_drain(w);
 	if (w->loop) {
+		ev_timer_stop(w->loop, &w->trim);
 		busypoll_stop(&w->poll, w->loop);
 		ev_loop_destroy(w->loop);
 	}

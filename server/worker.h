@@ -39,6 +39,8 @@ struct worker {
 	struct conn *dirty; /* connections with replies to send or to close */
 	bool stopping;
 	ev_timer grace; /* shutdown: drop clients that stop reading */
+	ev_timer trim; /* gives cached buffers back once idle */
+	uint64_t trim_gets; /* bufs.gets at the last trim check */
 	struct busypoll poll;
 
 	uint8_t *rbuf; /* shared receive buffer for request headers */

@@ -96,6 +96,16 @@ int main(void)
 	CHECK_EQ(set(&o, "max-connections", "1000001"), -EINVAL);
 	CHECK_EQ(o.max_conns, 1);
 
+	CHECK(!o.memory_set);
+	CHECK_EQ(set(&o, "memory", "512M"), 0);
+	CHECK(o.memory_set);
+	CHECK_EQ(o.memory_bytes, 512ull << 20);
+	CHECK_EQ(set(&o, "memory", "0"), 0); /* cache nothing */
+	CHECK_EQ(o.memory_bytes, 0);
+	CHECK_EQ(set(&o, "memory", "2P"), -EINVAL);
+	CHECK_EQ(set(&o, "memory", "lots"), -EINVAL);
+	CHECK_EQ(o.memory_bytes, 0);
+
 	CHECK_EQ(set(&o, "listen_addr", "x"), -ENOENT);
 	CHECK(strstr(why, "unknown key"));
 
