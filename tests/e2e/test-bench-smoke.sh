@@ -123,7 +123,8 @@ for s in servers:
         continue
     row = dict(zip(hdr, r[0]))
     for col in ("IOPS", "MiB/s", "lat mean µs", "p99 µs",
-                "server CPU µs/req", "fio CPU µs/req", "peak RSS MiB"):
+                "server CPU µs/req", "fio CPU µs/req", "peak RSS MiB",
+                "idle RSS MiB"):
         v = number(row.get(col, ""))
         check(v is not None and v > 0, "details %s %s: %r"
               % (s, col, row.get(col)))
@@ -145,7 +146,7 @@ for r in runs:
     check(r.get("error") is None, "%s: %s" % (where, r.get("error")))
     for k in ("iops", "mib_s", "lat_mean_us", "total_ios",
               "server_cpu_s", "server_cpu_us_per_req", "peak_rss_kib",
-              "client_cpu_us_per_req"):
+              "idle_rss_kib", "client_cpu_us_per_req"):
         v = r.get(k)
         check(isinstance(v, (int, float)) and v >= 0,
               "%s: %s = %r" % (where, k, v))
