@@ -326,16 +326,23 @@ static void tx_parse(struct conn *c, const uint8_t *p, size_t n)
 static void tx_read(struct conn *c)
 {
 	struct worker *w = c->w;
+	size_t budget = SRV_TURN_RECV_BYTES;
 
 	while (!c->paused && !c->dead) {
 		struct nbd_req *r = c->rx;
 		ssize_t n;
 
+		if (!budget)
+			return; /* the others' turn; the watcher fires again */
+
 		if (r && r->len - r->have >= SRV_DIRECT_READ_MIN) {
 			/* Big payload: straight into its buffer, no copy. */
+			size_t want = r->len - r->have;
+
 			n = recv(c->fd, (uint8_t *)r->buf + r->have,
-				 r->len - r->have, 0);
+				 want < budget ? want : budget, 0);
 			if (n > 0) {
+				budget -= (size_t)n;
 				r->have += (uint32_t)n;
 				if (r->have == r->len) {
 					c->rx = NULL;
@@ -356,6 +363,7 @@ static void tx_read(struct conn *c)
 
 			n = recv(c->fd, w->rbuf, want, 0);
 			if (n > 0) {
+				budget -= (size_t)n < budget ? (size_t)n : budget;
 				tx_parse(c, w->rbuf, (size_t)n);
 				if ((size_t)n < want)
 					return; /* drained; wait for more */

@@ -33,6 +33,12 @@
 #define SRV_MAX_INFLIGHT_BYTES (128u << 20) /* per connection */
 #define SRV_RBUF_BYTES (256u << 10) /* per worker */
 #define SRV_DIRECT_READ_MIN (64u << 10) /* recv payloads straight in */
+/*
+ * Bytes one connection may receive in one loop turn: a client streaming
+ * large writes then yields to the worker's other connections (the watcher
+ * is level-triggered, so the rest is read next turn).
+ */
+#define SRV_TURN_RECV_BYTES (4u << 20)
 #define SRV_UNIX_SNDBUF (4 << 20) /* queued replies per unix socket */
 #define SRV_READ_CHUNKS 8 /* content chunks in one structured read */
 #define SRV_MAX_EXTENTS (1u << 20) /* descriptors in one block status */

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Description: no connection makes another on the same worker wait.  bionbd
+# -t 1 (every connection on one worker); while client A
+#  - has eight 32 MiB reads outstanding and reads none of the replies for
+#    3 s, or
+#  - trickles a 32 MiB write payload a few bytes at a time for 3 s, or
+#  - streams pipelined 1 MiB and 32 MiB writes as fast as it can,
+# client B's 4 KiB read and write each complete within 1 s (a liveness
+# bound, not a speed test), and afterwards A's replies and data are right.
+# Both backends.
+source "$(dirname "$0")/functions.sh"
+
+requires_nbdpy
+make_tmpdir
+
+for be in $BACKENDS; do
+    log "backend $be"
+    d=$tmp/$be
+    mkdir -p "$d"
+    start_bionbd -t 1 --backend "$be" --size 512M "$d/m0" "$d/m1" "$d/m2"
+    NBD_SOCK=$NBD_SOCK NBD_URI=$NBD_URI nbdpy - <<'PY' || die "$be: fairness cases failed"
+import os
+import threading
+import time
+
+import nbd
+import nbd_raw as raw
+from nbd_raw import connect_go, pattern
+from nbd_e2e import check, log
+
+sock = os.environ["NBD_SOCK"]
+MIB = 1 << 20
+b = nbd.NBD()
+b.connect_uri(os.environ["NBD_URI"])
+
+
+def neighbour(what, rounds=1):
+    worst = 0
+    for i in range(rounds):
+        t = time.monotonic()
+        b.pread(4096, 500 * MIB + 4096 * (i % 64))
+        b.pwrite(b"\x5b" * 4096, 500 * MIB + 4096 * (i % 64))
+        worst = max(worst, time.monotonic() - t)
+    check(worst < 1.0, f"{what}: B's read+write took {worst:.2f} s")
+    return worst
+
+
+# ---- 8 x 32 MiB reads whose replies A does not read for 3 s
+a = connect_go(sock, structured=False)
+data = pattern(7, 32 * MIB)
+a.cmd(raw.CMD_WRITE, 64 * MIB, len(data), payload=data)
+for i in range(8):
+    a.request(raw.CMD_READ, 100 + i, 64 * MIB, 32 * MIB)
+end = time.monotonic() + 3
+worst = 0
+while time.monotonic() < end:
+    worst = max(worst, neighbour("A not reading 8 x 32 MiB"))
+    time.sleep(0.1)
+for i in range(8):
+    r = a.full_reply()
+    check(a.error_of(r) == 0 and r[0].data == data,
+          f"A's read {i} after the pause")
+log(f"ok A not reading 8 x 32 MiB replies: B's worst {worst * 1000:.1f} ms")
+
+# ---- a 32 MiB write payload trickled a few bytes at a time
+a.send(a.req_bytes(raw.CMD_WRITE, 200, 128 * MIB, 32 * MIB))
+end = time.monotonic() + 3
+sent, worst = 0, 0
+payload = pattern(9, 32 * MIB)
+while time.monotonic() < end:
+    a.send(payload[sent:sent + 7])
+    sent += 7
+    worst = max(worst, neighbour("A trickling a write payload"))
+a.send(payload[sent:])
+r = a.full_reply(200)
+check(a.error_of(r) == 0, "A's trickled write")
+check(b.pread(32 * MIB, 128 * MIB) == payload, "A's trickled data")
+log(f"ok A trickling a 32 MiB payload: B's worst {worst * 1000:.1f} ms")
+
+# ---- pipelined large writes as fast as A can send them
+done = threading.Event()
+
+
+def stream():
+    blob = pattern(11, 32 * MIB)
+    one = blob[:MIB]
+    for i in range(16):
+        a.request(raw.CMD_WRITE, 300 + i, 200 * MIB + i * MIB, MIB,
+                  payload=one)
+    for i in range(6):
+        a.request(raw.CMD_WRITE, 400 + i, 256 * MIB + i * 32 * MIB,
+                  32 * MIB, payload=blob)
+    done.set()
+
+
+t = threading.Thread(target=stream)
+t.start()
+worst = neighbour("A streaming writes", rounds=1)
+while not done.is_set():
+    worst = max(worst, neighbour("A streaming writes"))
+t.join()
+for _ in range(22):
+    r = a.full_reply()
+    check(a.error_of(r) == 0, f"A's streamed write {r[0].cookie}")
+log(f"ok A streaming 1 and 32 MiB writes: B's worst {worst * 1000:.1f} ms")
+a.close()
+b.shutdown()
+PY
+    stop_bionbd
+done
+log "PASS"
