@@ -211,7 +211,7 @@ static int meta_reply(struct conn *c, uint32_t id)
 
 static int opt_meta_context(struct conn *c)
 {
-	const uint8_t *d = c->optdata, *end = c->optdata + c->optlen, *p;
+	const uint8_t *d = c->optdata, *end, *p;
 	bool set = c->opt == NBD_OPT_SET_META_CONTEXT;
 	bool match = false;
 	const struct nbdl_export *e;
@@ -227,6 +227,8 @@ static int opt_meta_context(struct conn *c)
 				 "negotiate structured replies first");
 	if (c->optlen < 8)
 		return opt_error(c, NBD_REP_ERR_INVALID, "option too short");
+	/* Only now: without data, optdata is NULL and NULL + 0 is undefined. */
+	end = d + c->optlen;
 	namelen = get32(d);
 	if (namelen > c->optlen - 8)
 		return opt_error(c, NBD_REP_ERR_INVALID, "bad name length");

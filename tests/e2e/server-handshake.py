@@ -376,6 +376,13 @@ try:
     check(c.opt_reply(raw.OPT_STRUCTURED_REPLY)[0] == raw.REP_ACK,
           "STRUCTURED_REPLY refused")
     c.structured = True
+    # No data at all (found by tests/fuzz: the parser once did arithmetic
+    # on the absent buffer, which UBSan stops on).
+    for opt in (raw.OPT_LIST_META_CONTEXT, raw.OPT_SET_META_CONTEXT):
+        c.send_opt(opt)
+        r = c.opt_replies(opt)
+        check(r[-1][0] == raw.REP_ERR_INVALID,
+              f"meta context option {opt} without data: {r[-1][0]:#x}")
     c.send_opt(raw.OPT_SET_META_CONTEXT,
                c.meta_data("no-such-export", ["base:allocation"]))
     r = c.opt_replies(raw.OPT_SET_META_CONTEXT)
