@@ -346,7 +346,9 @@ int hs_step(struct conn *c)
 		return 0;
 	case CS_OPT_HDR:
 		if (get64(c->small + OPT_MAGIC) != NBD_IHAVEOPT ||
-		    ++c->nr_opts > SRV_MAX_OPTIONS)
+		    ++c->nr_opts > SRV_MAX_OPTIONS_BASE +
+					   SRV_MAX_OPTIONS_PER_EXPORT *
+						   c->w->srv->nr_exports)
 			return -EPROTO;
 		c->opt = get32(c->small + OPT_OPTION);
 		c->optlen = get32(c->small + OPT_LEN);

@@ -28,7 +28,15 @@
 
 /* Limits that keep a client from growing the server's memory. */
 #define SRV_MAX_OPTION_BYTES (64u << 10) /* larger: drop the client */
-#define SRV_MAX_OPTIONS 32u /* options per handshake, as nbdkit */
+/*
+ * Options per handshake: nbdkit's 32, plus 4 per export, so that a client
+ * listing every export and asking about each one (nbdinfo --list: LIST,
+ * then INFO or GO per export) is never cut off.  A client that sends more
+ * and never reads holds one reply (conn.c), and the handshake time limit
+ * ends one that reads.
+ */
+#define SRV_MAX_OPTIONS_BASE 32u
+#define SRV_MAX_OPTIONS_PER_EXPORT 4u
 #define SRV_MAX_INFLIGHT_REQS 256u /* per connection */
 #define SRV_MAX_INFLIGHT_BYTES (128u << 20) /* per connection */
 #define SRV_RBUF_BYTES (256u << 10) /* per worker */

@@ -6,8 +6,9 @@
 #    reply of 750 KiB), two clients each send 1024 LIST options and never
 #    read; the server reads no further option while a reply waits, so its
 #    RSS grows < 32 MB and another client is served meanwhile; once they
-#    read, they are dropped after 32 answers (the cap itself:
-#    server-malformed.py);
+#    read, they are dropped at the option cap (32 + 4 per export; the cap
+#    itself: server-malformed.py), which still lets nbdinfo --list see
+#    every one of the 4000 exports on one connection;
 #  - an idle client is dropped after --handshake-timeout, not before;
 #  - --max-connections 3: the fourth client is closed before the greeting,
 #    the three keep working, and a slot freed by a leaving client is used;
@@ -38,6 +39,10 @@ desc=$(head -c 160 /dev/zero | tr '\0' 'd')
 start_bionbd -t 2 --handshake-timeout 4 -c "$d/many.conf"
 NBD_SOCK=$NBD_SOCK SERVER_PID=$SERVER_PID CASES=flood \
     nbdpy "$SRC_DIR/tests/e2e/server-limits.py" || die "flood cases failed"
+n=$(nbdinfo --list "$NBD_URI" | grep -c '^export=') || :
+[[ $n -eq ${FLOOD_EXPORTS:-4000} ]] ||
+    die "nbdinfo --list saw $n of ${FLOOD_EXPORTS:-4000} exports"
+log "ok nbdinfo --list sees all $n exports"
 stop_bionbd
 
 d=$tmp/small
