@@ -12,6 +12,9 @@ pkgs=(
   # tests: real clients and fault injection
   libnbd-bin python3 python3-libnbd qemu-utils fio fuse3 procps util-linux
   strace e2fsprogs
+  # fuzzing (tools/fuzz.sh): clang, and its runtimes (libFuzzer, ASan) that
+  # --no-install-recommends would leave out
+  clang libclang-rt-dev
   # benchmarks: the peers and the plots
   nbd-server gnuplot-nox
 )
