@@ -5,10 +5,11 @@
 #  - options flood: with 4000 exports with descriptions (an NBD_OPT_LIST
 #    reply of 750 KiB), two clients each send 1024 LIST options and never
 #    read; the server reads no further option while a reply waits, so its
-#    RSS grows < 32 MB and another client is served meanwhile; once they
-#    read, they are dropped at the option cap (32 + 4 per export; the cap
-#    itself: server-malformed.py), which still lets nbdinfo --list see
-#    every one of the 4000 exports on one connection;
+#    RSS grows < 32 MB, another client is served meanwhile, and the
+#    flooders, never having read, are cut off by the handshake time limit;
+#    the option cap (32 + 4 per export; tested in server-malformed.py)
+#    still lets nbdinfo --list see every one of the 4000 exports on one
+#    connection;
 #  - an idle client is dropped after --handshake-timeout, not before;
 #  - --max-connections 3: the fourth client is closed before the greeting,
 #    the three keep working, and a slot freed by a leaving client is used;
