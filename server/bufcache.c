@@ -6,6 +6,27 @@
 
 #include "bufcache.h"
 
+/*
+ * Buffers are mapped, not malloc'd, so AddressSanitizer would not see an
+ * overrun past a request's length or a use of a cached buffer: poison what
+ * no request owns.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define BUF_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BUF_ASAN 1
+#endif
+#endif
+#ifdef BUF_ASAN
+#include <sanitizer/asan_interface.h>
+#define buf_poison(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define buf_unpoison(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define buf_poison(p, n) ((void)(p), (void)(n))
+#define buf_unpoison(p, n) ((void)(p), (void)(n))
+#endif
+
 static unsigned int buf_class_of(uint32_t len)
 {
 	unsigned int shift = BUF_MIN_SHIFT;
@@ -17,7 +38,16 @@ static unsigned int buf_class_of(uint32_t len)
 
 static void buf_unmap(void *p, unsigned int k)
 {
+	buf_unpoison(p, buf_class_bytes(k));
 	munmap(p, buf_class_bytes(k));
+}
+
+/* The request owns @len bytes; the rest of the buffer is nobody's. */
+static void *buf_hand_out(void *p, uint32_t len, unsigned int k)
+{
+	buf_unpoison(p, len);
+	buf_poison((char *)p + len, buf_class_bytes(k) - len);
+	return p;
 }
 
 void *buf_get(struct buf_cache *bc, uint32_t len, unsigned int *cls)
@@ -28,15 +58,16 @@ void *buf_get(struct buf_cache *bc, uint32_t len, unsigned int *cls)
 	*cls = k;
 	bc->gets++;
 	if (p) {
+		buf_unpoison(p, sizeof(void *));
 		bc->free[k] = *(void **)p;
 		bc->nr[k]--;
 		bc->cached_bytes -= buf_class_bytes(k);
 		atomic_fetch_sub(&bc->pool->cached_bytes, buf_class_bytes(k));
-		return p;
+		return buf_hand_out(p, len, k);
 	}
 	p = mmap(NULL, buf_class_bytes(k), PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	return p == MAP_FAILED ? NULL : p;
+	return p == MAP_FAILED ? NULL : buf_hand_out(p, len, k);
 }
 
 void buf_put(struct buf_cache *bc, void *p, unsigned int k)
@@ -49,7 +80,10 @@ void buf_put(struct buf_cache *bc, void *p, unsigned int k)
 		buf_unmap(p, k);
 		return;
 	}
+	buf_unpoison(p, sizeof(void *));
 	*(void **)p = bc->free[k];
+	/* A cached buffer is nobody's but for the free-list link. */
+	buf_poison((char *)p + sizeof(void *), n - sizeof(void *));
 	bc->free[k] = p;
 	bc->nr[k]++;
 	bc->cached_bytes += n;
@@ -62,6 +96,7 @@ void buf_cache_trim(struct buf_cache *bc, size_t keep_bytes)
 		while (bc->free[k] && bc->cached_bytes > keep_bytes) {
 			void *p = bc->free[k];
 
+			buf_unpoison(p, sizeof(void *));
 			bc->free[k] = *(void **)p;
 			bc->nr[k]--;
 			bc->cached_bytes -= buf_class_bytes(k);
