@@ -16,11 +16,14 @@
 /* ---- messages ---- */
 
 static nbdl_log_fn *logger;
+static const char *stderr_prefix; /* "bionbd": lines read "bionbd: ..." */
 
 static void log_stderr(enum nbdl_level level, const char *fmt, va_list ap)
 {
 	if (level == NBDL_DEBUG)
 		return;
+	if (stderr_prefix)
+		fprintf(stderr, "%s: ", stderr_prefix);
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 }
@@ -51,6 +54,12 @@ void nbdl_set_logger(nbdl_log_fn *fn)
 {
 	logger = fn;
 	target_set_error_reporter(member_error);
+}
+
+void nbdl_log_to_stderr(const char *prefix)
+{
+	stderr_prefix = prefix;
+	nbdl_set_logger(NULL);
 }
 
 /* ---- exports ---- */

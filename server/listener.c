@@ -227,48 +227,54 @@ static int socket_in_use(const struct sockaddr_un *sa)
 	return r;
 }
 
-int listen_unix_check(const char *path, char *errbuf, size_t errlen)
+/*
+ * Fill @sa for @path and look at what is there: 0 nothing (or not a
+ * socket: bind says what is wrong), 1 a socket nobody accepts on (left by
+ * a killed server), or -errno with a message: too long, or a running
+ * server's.
+ */
+static int unix_probe(const char *path, struct sockaddr_un *sa,
+		      char *errbuf, size_t errlen)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
 	int r;
 
-	if (strlen(path) >= sizeof(sa.sun_path)) {
+	if (strlen(path) >= sizeof(sa->sun_path)) {
 		snprintf(errbuf, errlen, "unix socket %s: path too long", path);
 		return -ENAMETOOLONG;
 	}
-	strcpy(sa.sun_path, path);
+	strcpy(sa->sun_path, path);
 	if (stat(path, &st) || !S_ISSOCK(st.st_mode))
 		return 0;
-	r = socket_in_use(&sa);
-	if (r)
+	r = socket_in_use(sa);
+	if (r) {
 		snprintf(errbuf, errlen, "unix socket %s: %s", path,
 			 r == -EADDRINUSE ? "in use by a running server" :
 					    strerror(-r));
-	return r;
+		return r;
+	}
+	return 1;
+}
+
+int listen_unix_check(const char *path, char *errbuf, size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int r = unix_probe(path, &sa, errbuf, errlen);
+
+	return r < 0 ? r : 0;
 }
 
 int listen_unix(const char *path, char *errbuf, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct stat st;
 	int fd, r;
 
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		snprintf(errbuf, errlen, "unix socket %s: path too long", path);
-		return -ENAMETOOLONG;
-	}
-	strcpy(sa.sun_path, path);
-	/*
-	 * A socket left behind by a killed server is replaced, nothing else;
-	 * one that a live server accepts on is that server's.
-	 */
-	if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
-		r = listen_unix_check(path, errbuf, errlen);
-		if (r)
-			return r;
+	/* A socket left behind by a killed server is replaced, nothing else. */
+	r = unix_probe(path, &sa, errbuf, errlen);
+	if (r < 0)
+		return r;
+	if (r)
 		unlink(path);
-	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
 	    listen(fd, 1024)) {

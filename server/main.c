@@ -62,15 +62,6 @@ static void die(const char *fmt, ...)
 	exit(1);
 }
 
-static void log_stderr(enum nbdl_level level, const char *fmt, va_list ap)
-{
-	if (level == NBDL_DEBUG)
-		return;
-	fputs("bionbd: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-}
-
 static void usage(FILE *f)
 {
 	fputs("Usage: bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
@@ -419,7 +410,7 @@ int main(int argc, char **argv)
 	srv.bufs.budget_bytes = memory_budget(&o, srv.nr_workers);
 
 	signal(SIGPIPE, SIG_IGN);
-	nbdl_set_logger(log_stderr);
+	nbdl_log_to_stderr("bionbd");
 
 	if (o.socket && listen_unix(o.socket, err, sizeof(err)))
 		die("%s", err);

@@ -3,6 +3,7 @@
  * options.c - the one setter for bionbd's own settings (options.h).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,23 @@ void srv_options_release(struct srv_options *o)
 	memset(o, 0, sizeof(*o));
 }
 
+/* The settings that are a whole number in a range. */
+static const struct uint_key {
+	const char *key;
+	const char *what; /* "expected WHAT MIN..MAX" */
+	unsigned int min, max;
+	size_t offset; /* of the unsigned int in struct srv_options */
+} uint_keys[] = {
+	{ "threads", "a number", 1, SRV_MAX_THREADS,
+	  offsetof(struct srv_options, threads) },
+	{ "poll-us", "microseconds", 0, SRV_MAX_POLL_US,
+	  offsetof(struct srv_options, poll_us) },
+	{ "handshake-timeout", "seconds", 0, SRV_MAX_HANDSHAKE_S,
+	  offsetof(struct srv_options, handshake_s) },
+	{ "max-connections", "a number", 1, SRV_MAX_MAX_CONNS,
+	  offsetof(struct srv_options, max_conns) },
+};
+
 int srv_option_set(struct srv_options *o, const char *key, const char *value,
 		   char *why, size_t whylen)
 {
@@ -48,15 +66,6 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 		}
 		return conf_set_string(&o->port, value);
 	}
-	if (!strcmp(key, "threads")) {
-		if (conf_parse_uint(value, 1, SRV_MAX_THREADS, &n)) {
-			snprintf(why, whylen, "expected a number 1..%u",
-				 SRV_MAX_THREADS);
-			return -EINVAL;
-		}
-		o->threads = n;
-		return 0;
-	}
 	if (!strcmp(key, "backend")) {
 		if (ioq_backend_parse(value, &o->backend)) {
 			snprintf(why, whylen, "expected io_uring or threads");
@@ -65,31 +74,17 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 		o->backend_set = true;
 		return 0;
 	}
-	if (!strcmp(key, "poll-us")) {
-		if (conf_parse_uint(value, 0, SRV_MAX_POLL_US, &n)) {
-			snprintf(why, whylen, "expected microseconds 0..%u",
-				 SRV_MAX_POLL_US);
+	for (size_t i = 0; i < sizeof(uint_keys) / sizeof(uint_keys[0]); i++) {
+		const struct uint_key *u = &uint_keys[i];
+
+		if (strcmp(key, u->key))
+			continue;
+		if (conf_parse_uint(value, u->min, u->max, &n)) {
+			snprintf(why, whylen, "expected %s %u..%u", u->what,
+				 u->min, u->max);
 			return -EINVAL;
 		}
-		o->poll_us = n;
-		return 0;
-	}
-	if (!strcmp(key, "handshake-timeout")) {
-		if (conf_parse_uint(value, 0, SRV_MAX_HANDSHAKE_S, &n)) {
-			snprintf(why, whylen, "expected seconds 0..%u",
-				 SRV_MAX_HANDSHAKE_S);
-			return -EINVAL;
-		}
-		o->handshake_s = n;
-		return 0;
-	}
-	if (!strcmp(key, "max-connections")) {
-		if (conf_parse_uint(value, 1, SRV_MAX_MAX_CONNS, &n)) {
-			snprintf(why, whylen, "expected a number 1..%u",
-				 SRV_MAX_MAX_CONNS);
-			return -EINVAL;
-		}
-		o->max_conns = n;
+		*(unsigned int *)((char *)o + u->offset) = n;
 		return 0;
 	}
 	if (!strcmp(key, "memory")) {

@@ -284,17 +284,7 @@ static int parse_cmd(int argc, char **argv, int *i, struct cmd *c)
 
 /* ---------------------------------------------------------------- running */
 
-/* Member errors, worded by the NBD layer as the servers word them. */
-static void log_member_errors(enum nbdl_level level, const char *fmt,
-			      va_list ap)
-{
-	if (level == NBDL_DEBUG)
-		return;
-	fputs("bioio: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-}
-
+/* --quiet-members: member errors are expected and not worth a line. */
 static void log_nothing(enum nbdl_level level, const char *fmt, va_list ap)
 {
 }
@@ -683,7 +673,11 @@ int main(int argc, char **argv)
 		free_cmds(cmds, nr_cmds);
 		return 1;
 	}
-	nbdl_set_logger(o.quiet_members ? log_nothing : log_member_errors);
+	/* Member errors, worded by the NBD layer as the servers word them. */
+	if (o.quiet_members)
+		nbdl_set_logger(log_nothing);
+	else
+		nbdl_log_to_stderr("bioio");
 
 	for (i = 0; i < nr_cmds; i++)
 		if (run_cmd(vol, &cmds[i], &o))

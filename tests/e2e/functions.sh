@@ -306,6 +306,7 @@ stripe_member() {
 #   stop_server              TERM by PID and wait, so a test can restart it
 #   server_must_fail OPTS... same options; the server must exit non-zero
 #                            without serving; its output in $SERVER_ERR
+#   server_refuses_once OPTS... the same, with exactly one line of output
 #   nbd_uri [EXPORT]         URI of the running server (for qemu, nbdcopy,
 #                            fio, nbdinfo)
 #   requires_nbdpy           Debian's python3 with libnbd's module (skip)
@@ -462,6 +463,18 @@ server_must_fail() {
         die "expected the server to refuse (exit $rc): ${_cmd[*]}"
     fi
     [[ ! -S $sock ]] || die "refused, but created its socket: ${_cmd[*]}"
+}
+
+# server_refuses_once OPTS...: server_must_fail, and what it said is
+# exactly one line (in $SERVER_ERR): a config mistake is one line.
+server_refuses_once() {
+    local lines
+    server_must_fail "$@"
+    lines=$(grep -c . "$SERVER_ERR" || :)
+    if [[ $lines -ne 1 ]]; then
+        sed 's/^/    /' "$SERVER_ERR" >&2
+        die "expected one line of output, got $lines: $*"
+    fi
 }
 
 # ------------------------------------------------------------ bionbd itself

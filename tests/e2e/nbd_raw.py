@@ -262,7 +262,8 @@ class Raw:
         self.size, self.tflags = size, tflags
         return size, tflags
 
-    def meta_data(self, name, queries):
+    @staticmethod
+    def meta_data(name, queries):
         n = name.encode()
         d = struct.pack(">I", len(n)) + n + struct.pack(">I", len(queries))
         for q in queries:

@@ -34,14 +34,9 @@ snapshot >"$tmp/before"
 # refuse PATTERN OPTIONS...: the server refuses with one line matching the
 # extended regex PATTERN, and the members are untouched.
 refuse() {
-    local pattern=$1 lines
+    local pattern=$1
     shift
-    server_must_fail "$@"
-    lines=$(grep -c . "$SERVER_ERR" || :)
-    if [[ $lines -ne 1 ]]; then
-        sed 's/^/    /' "$SERVER_ERR" >&2
-        die "expected one line of output, got $lines: $*"
-    fi
+    server_refuses_once "$@"
     expect_grep "$pattern" "$SERVER_ERR"
     snapshot >"$tmp/after"
     diff -u "$tmp/before" "$tmp/after" >&2 ||

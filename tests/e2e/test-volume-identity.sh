@@ -36,15 +36,10 @@ snapshot() {
 # member directory is untouched.
 also=()
 refuse() {
-    local a=$1 b=$2 lines s
+    local a=$1 b=$2 s
     shift 2
     snapshot >"$tmp/before"
-    server_must_fail "$@"
-    lines=$(grep -c . "$SERVER_ERR" || :)
-    if [[ $lines -ne 1 ]]; then
-        sed 's/^/    /' "$SERVER_ERR" >&2
-        die "expected one line of output, got $lines: $*"
-    fi
+    server_refuses_once "$@"
     for s in "$a" "$b" "${also[@]}"; do
         grep -q -F -- "$s" "$SERVER_ERR" || {
             sed 's/^/    /' "$SERVER_ERR" >&2

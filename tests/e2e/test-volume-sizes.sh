@@ -30,15 +30,10 @@ snapshot() {
 # refuse PATTERN OPTIONS...: the server refuses with one line matching
 # the extended regex PATTERN; the member directory is untouched.
 refuse() {
-    local pattern=$1 lines
+    local pattern=$1
     shift
     snapshot >"$tmp/before"
-    server_must_fail "$@"
-    lines=$(grep -c . "$SERVER_ERR" || :)
-    if [[ $lines -ne 1 ]]; then
-        sed 's/^/    /' "$SERVER_ERR" >&2
-        die "expected one line of output, got $lines: $*"
-    fi
+    server_refuses_once "$@"
     expect_grep "$pattern" "$SERVER_ERR"
     snapshot >"$tmp/after"
     diff -u "$tmp/before" "$tmp/after" >&2 ||

@@ -8,7 +8,7 @@ the harness's exports ("disk", the default, writable, 2 MiB; "ro",
 read-only, 512 KiB, data in every other 4 KiB block of its first 64 KiB;
 "big", read-only, 128 MiB of holes), plus a few with the mistakes real
 clients make.
-Constants are the NBD protocol's (nbd/include/bionbd/nbd-proto.h).
+Constants and message layouts come from tests/e2e/nbd_raw.py (the spec's).
 
 Usage: tests/fuzz/make-corpus.py [DIR]   (default: tests/fuzz/corpus)
 The output is deterministic; the generated files are committed.
@@ -17,41 +17,12 @@ import os
 import struct
 import sys
 
-IHAVEOPT = b"IHAVEOPT"
-REQUEST_MAGIC = 0x25609513
-
-FLAG_C_FIXED_NEWSTYLE = 1 << 0
-FLAG_C_NO_ZEROES = 1 << 1
-
-OPT_EXPORT_NAME = 1
-OPT_ABORT = 2
-OPT_LIST = 3
-OPT_STARTTLS = 5
-OPT_INFO = 6
-OPT_GO = 7
-OPT_STRUCTURED_REPLY = 8
-OPT_LIST_META_CONTEXT = 9
-OPT_SET_META_CONTEXT = 10
-
-INFO_EXPORT = 0
-INFO_NAME = 1
-INFO_DESCRIPTION = 2
-INFO_BLOCK_SIZE = 3
-
-CMD_READ = 0
-CMD_WRITE = 1
-CMD_DISC = 2
-CMD_FLUSH = 3
-CMD_TRIM = 4
-CMD_CACHE = 5
-CMD_WRITE_ZEROES = 6
-CMD_BLOCK_STATUS = 7
-
-CMD_FLAG_FUA = 1 << 0
-CMD_FLAG_NO_HOLE = 1 << 1
-CMD_FLAG_DF = 1 << 2
-CMD_FLAG_REQ_ONE = 1 << 3
-CMD_FLAG_FAST_ZERO = 1 << 4
+# The protocol's constants and message builders, as the e2e tests' raw
+# client writes them.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "e2e"))
+from nbd_raw import *  # noqa: E402,F401,F403  (constants)
+from nbd_raw import Raw  # noqa: E402
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -62,27 +33,9 @@ def client_flags(no_zeroes=True):
     return struct.pack(">I", flags)
 
 
-def option(opt, data=b"", length=None):
-    """An option header and its data; @length overrides the real length."""
-    n = len(data) if length is None else length
-    return IHAVEOPT + struct.pack(">II", opt, n) + data
-
-
-def name_info(name, infos):
-    """NBD_OPT_INFO / NBD_OPT_GO data: name, then the info requests."""
-    n = name.encode()
-    return (struct.pack(">I", len(n)) + n + struct.pack(">H", len(infos)) +
-            b"".join(struct.pack(">H", i) for i in infos))
-
-
-def meta(name, queries):
-    """NBD_OPT_LIST/SET_META_CONTEXT data: export name, queries."""
-    n = name.encode()
-    out = struct.pack(">I", len(n)) + n + struct.pack(">I", len(queries))
-    for q in queries:
-        qb = q.encode()
-        out += struct.pack(">I", len(qb)) + qb
-    return out
+option = Raw.opt_bytes  # an option header and its data
+name_info = Raw.info_data  # NBD_OPT_INFO / NBD_OPT_GO data
+meta = Raw.meta_data  # NBD_OPT_LIST/SET_META_CONTEXT data
 
 
 class Requests:
@@ -95,8 +48,8 @@ class Requests:
     def req(self, cmd, offset=0, length=0, flags=0, payload=b"",
             magic=REQUEST_MAGIC):
         self.cookie += 1
-        self.out += struct.pack(">IHHQQI", magic, flags, cmd, self.cookie,
-                                offset, length) + payload
+        self.out += Raw.req_bytes(cmd, self.cookie, offset, length, flags,
+                                  payload, magic)
         return self
 
     def write(self, offset, payload, flags=0):

@@ -294,14 +294,68 @@ static int do_bio(struct ioq *q, struct target *t, struct fixture *f,
 }
 
 /*
+ * The layout rule for the piece of [.., @end) that starts at @o: chunk k
+ * on member k % NR at (k / NR) * CHUNK.  Returns its length.
+ */
+static uint64_t layout_piece(uint64_t o, uint64_t end, unsigned int *m,
+			     uint64_t *moff)
+{
+	uint64_t k = o / CHUNK, in = o % CHUNK;
+
+	*m = (unsigned int)(k % NR);
+	*moff = (k / NR) * CHUNK + in;
+	return CHUNK - in < end - o ? CHUNK - in : end - o;
+}
+
+/* A spy's record of a finished piece: @len bytes of @op, ended @status. */
+static void check_rec(const struct spy_rec *r, uint64_t len, enum req_op op,
+		      int status)
+{
+	CHECK_EQ(r->len_bytes, len);
+	CHECK_EQ(r->op, op);
+	CHECK(r->done);
+	CHECK_EQ(r->status, status);
+}
+
+/*
+ * Ranged ops without data go down as one piece per member: the pieces the
+ * layout rule gives for that member, which lie back to back on it, merged.
+ */
+static void expect_merged(struct fixture *f, enum req_op op, uint64_t off,
+			  uint64_t len, unsigned int fail_mask,
+			  const int fail_err[NR])
+{
+	uint64_t start[NR], end[NR];
+	bool touched[NR] = {false};
+
+	for (uint64_t o = off; o < off + len;) {
+		unsigned int m;
+		uint64_t moff, n = layout_piece(o, off + len, &m, &moff);
+
+		if (!touched[m]) {
+			touched[m] = true;
+			start[m] = moff;
+		} else {
+			CHECK_EQ(moff, end[m]); /* back to back on the member */
+		}
+		end[m] = moff + n;
+		o += n;
+	}
+	for (unsigned int m = 0; m < NR; m++) {
+		CHECK_EQ(f->spy[m]->nr, touched[m] ? 1 : 0);
+		if (!touched[m])
+			continue;
+		CHECK_EQ(f->spy[m]->rec[0].off_bytes, start[m]);
+		check_rec(&f->spy[m]->rec[0], end[m] - start[m], op,
+			  (fail_mask >> m) & 1 ? fail_err[m] : 0);
+	}
+}
+
+/*
  * The spies saw exactly the pieces of [@off, @off + @len) by the layout
  * rule (chunk k on member k % NR at (k / NR) * CHUNK), each op @op, and
  * each ended with @fail_err on members set in @fail_mask and 0 elsewhere.
  */
-static void expect_merged(struct fixture *f, enum req_op op, uint64_t off,
-			  uint64_t len, unsigned int fail_mask,
-			  const int fail_err[NR]);
-
 static void expect_pieces(struct fixture *f, enum req_op op, uint64_t off,
 			  uint64_t len, unsigned int fail_mask,
 			  const int fail_err[NR])
@@ -314,11 +368,8 @@ static void expect_pieces(struct fixture *f, enum req_op op, uint64_t off,
 		return;
 	}
 	for (uint64_t o = off; o < off + len;) {
-		uint64_t k = o / CHUNK, in = o % CHUNK;
-		uint64_t n =
-		    CHUNK - in < off + len - o ? CHUNK - in : off + len - o;
-		unsigned int m = (unsigned int)(k % NR);
-		uint64_t moff = (k / NR) * CHUNK + in;
+		unsigned int m;
+		uint64_t moff, n = layout_piece(o, off + len, &m, &moff);
 		bool found = false;
 
 		for (unsigned int j = 0; j < f->spy[m]->nr; j++) {
@@ -327,11 +378,8 @@ static void expect_pieces(struct fixture *f, enum req_op op, uint64_t off,
 			if (r->off_bytes != moff)
 				continue;
 			found = true;
-			CHECK_EQ(r->len_bytes, n);
-			CHECK_EQ(r->op, op);
-			CHECK(r->done);
-			CHECK_EQ(r->status,
-				 (fail_mask >> m) & 1 ? fail_err[m] : 0);
+			check_rec(r, n, op,
+				  (fail_mask >> m) & 1 ? fail_err[m] : 0);
 		}
 		CHECK(found);
 		want[m]++;
@@ -374,13 +422,11 @@ static void expect_member_range(struct fixture *f, unsigned int m, uint64_t off,
 				uint64_t len, unsigned char byte)
 {
 	for (uint64_t o = off; o < off + len;) {
-		uint64_t k = o / CHUNK, in = o % CHUNK;
-		uint64_t n =
-		    CHUNK - in < off + len - o ? CHUNK - in : off + len - o;
+		unsigned int pm;
+		uint64_t moff, n = layout_piece(o, off + len, &pm, &moff);
 
-		if (k % NR == m)
-			member_expect(f->path[m], (k / NR) * CHUNK + in, n,
-				      byte);
+		if (pm == m)
+			member_expect(f->path[m], moff, n, byte);
 		o += n;
 	}
 }
@@ -435,46 +481,6 @@ static void case_write_one_member_fails(struct fixture *f, uint64_t off,
 		expect_member_range(f, m, off, MIB, 0xc3);
 	free(buf);
 	free(rd);
-}
-
-/*
- * Ranged ops without data go down as one piece per member: the pieces the
- * layout rule gives for that member, which lie back to back on it, merged.
- */
-static void expect_merged(struct fixture *f, enum req_op op, uint64_t off,
-			  uint64_t len, unsigned int fail_mask,
-			  const int fail_err[NR])
-{
-	uint64_t start[NR], end[NR];
-	bool touched[NR] = {false};
-
-	for (uint64_t o = off; o < off + len;) {
-		uint64_t k = o / CHUNK, in = o % CHUNK;
-		uint64_t n =
-		    CHUNK - in < off + len - o ? CHUNK - in : off + len - o;
-		unsigned int m = (unsigned int)(k % NR);
-		uint64_t moff = (k / NR) * CHUNK + in;
-
-		if (!touched[m]) {
-			touched[m] = true;
-			start[m] = moff;
-		} else {
-			CHECK_EQ(moff, end[m]); /* back to back on the member */
-		}
-		end[m] = moff + n;
-		o += n;
-	}
-	for (unsigned int m = 0; m < NR; m++) {
-		CHECK_EQ(f->spy[m]->nr, touched[m] ? 1 : 0);
-		if (!touched[m])
-			continue;
-		CHECK_EQ(f->spy[m]->rec[0].off_bytes, start[m]);
-		CHECK_EQ(f->spy[m]->rec[0].len_bytes, end[m] - start[m]);
-		CHECK_EQ(f->spy[m]->rec[0].op, op);
-		CHECK(f->spy[m]->rec[0].done);
-		CHECK_EQ(f->spy[m]->rec[0].status,
-			 (fail_mask >> m) & 1 ? fail_err[m] : 0);
-	}
 }
 
 /* Non-write ops with member 2 failing every op. */

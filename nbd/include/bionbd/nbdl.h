@@ -225,6 +225,12 @@ typedef void nbdl_log_fn(enum nbdl_level level, const char *fmt,
  */
 void nbdl_set_logger(nbdl_log_fn *fn);
 
+/**
+ * nbdl_log_to_stderr - nbdl_set_logger(NULL), the lines prefixed
+ * "@prefix: " (a program name; kept, not copied); debug lines are dropped.
+ */
+void nbdl_log_to_stderr(const char *prefix);
+
 void nbdl_log(enum nbdl_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
