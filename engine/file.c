@@ -20,9 +20,7 @@
 /* Readahead one CACHE bio may ask of a member (see file_submit). */
 #define FILE_CACHE_MAX_BYTES (8u << 20)
 
-/* Do @bio now on this thread; it ends at the next ioq_reap. */
-static void file_inline(struct file_target *ft, struct ioq *q,
-			struct bio *bio)
+void file_inline(struct file_target *ft, struct ioq *q, struct bio *bio)
 {
 	int r = file_do_sync(ft, bio);
 
@@ -72,12 +70,16 @@ static void file_submit(struct target *t, struct bio *bio)
 		bio_io_error(bio, -ENXIO);
 		return;
 	}
-	if (ft->inline_io) {
-		if ((bio_op(bio) == REQ_OP_READ ||
-		     bio_op(bio) == REQ_OP_WRITE) &&
-		    blk_plug_add(t, bio))
+	if (ft->inline_io && !(bio->bi_opf & REQ_ASYNC)) {
+		bool copy = bio_op(bio) == REQ_OP_READ ||
+			    bio_op(bio) == REQ_OP_WRITE;
+
+		if (copy && blk_plug_add(t, bio))
 			return;
-		file_inline(ft, q, bio);
+		if (copy && !ioq_inline_now(q, bio->bi_iter.bi_size))
+			ioq_inline_later(q, ft, bio);
+		else
+			file_inline(ft, q, bio);
 		return;
 	}
 	q->ops->submit(q, ft, bio);
@@ -107,15 +109,18 @@ static unsigned int iov_add_bio(const struct bio *bio, struct iovec *iov,
 /*
  * Plugged reads and writes of a memory-backed member: runs of bios that
  * follow each other on the file, same op and same FUA, go down as one
- * preadv/pwritev2.  Anything short of complete success is redone bio by
- * bio, which finds the error (and reports it with the right offset), the
- * end of file or the EINTR; rewriting the same data is harmless.
+ * preadv/pwritev2, up to the queue's inline budget; a run that finds the
+ * budget spent waits for the next reap period, bio by bio.  Anything short
+ * of complete success is redone bio by bio, which finds the error (and
+ * reports it with the right offset), the end of file or the EINTR;
+ * rewriting the same data is harmless.
  */
 static void file_unplug(struct target *t, struct bio **bios, unsigned int nr)
 {
 	struct file_target *ft = to_file_target(t);
 	struct ioq *q = ioq_current();
 	struct iovec iov[FILE_MERGE_IOV];
+	size_t cap = ioq_inline_cap(q);
 	unsigned int i = 0;
 
 	while (i < nr) {
@@ -129,7 +134,8 @@ static void file_unplug(struct target *t, struct bio **bios, unsigned int nr)
 		ssize_t r;
 
 		cnt = iov_add_bio(first, iov, ARRAY_SIZE(iov), &bytes);
-		while (cnt && j < nr && bio_op(bios[j]) == bio_op(first) &&
+		while (cnt && j < nr && (!cap || bytes < cap) &&
+		       bio_op(bios[j]) == bio_op(first) &&
 		       (bios[j]->bi_opf & REQ_FUA) == fua &&
 		       bio_offset_bytes(bios[j]) == next) {
 			unsigned int n = iov_add_bio(bios[j], iov + cnt,
@@ -141,6 +147,11 @@ static void file_unplug(struct target *t, struct bio **bios, unsigned int nr)
 			cnt += n;
 			next += bios[j]->bi_iter.bi_size;
 			j++;
+		}
+		if (!ioq_inline_now(q, cnt ? bytes : first->bi_iter.bi_size)) {
+			for (; i < j; i++)
+				ioq_inline_later(q, ft, bios[i]);
+			continue;
 		}
 		if (j == i + 1) {
 			file_inline(ft, q, first);

@@ -103,6 +103,12 @@ int file_extents(struct file_target *ft, struct bio *bio);
  */
 int file_do_sync(struct file_target *ft, struct bio *bio);
 
+/* Do @bio on this thread now (a memory-backed member); it ends at the next
+ * ioq_reap. */
+void file_inline(struct file_target *ft, struct ioq *q, struct bio *bio);
+
+struct ioq_later;
+
 /* Backend ops behind struct ioq. */
 struct ioq_ops {
 	void (*submit)(struct ioq *q, struct file_target *ft, struct bio *bio);
@@ -122,10 +128,39 @@ struct ioq {
 	/* Eventfd to poke when done_head fills, or -1; set by the backend. */
 	int done_efd;
 	bool inline_wakeup; /* see ioq_set_inline_wakeup */
+	/*
+	 * Inline copies a reap period may still do (see
+	 * ioq_set_inline_budget; 0 budget = no limit), and the bios that
+	 * found it spent, in order, for the next period.
+	 */
+	size_t inline_budget, inline_left;
+	struct ioq_later *later_head, **later_tail, *later_free;
 };
+
+/*
+ * Reads and writes this small are never held back, so a 4 KiB request does
+ * not queue behind another client's megabytes: they ignore the inline
+ * budget, and the thread pool takes them before larger work.
+ */
+#define IOQ_INLINE_SMALL (16u << 10)
 
 /* End @bio with @err at the next reap; called from submit paths. */
 void ioq_defer_end(struct ioq *q, struct bio *bio, int err);
+
+/*
+ * May an inline copy of @bytes run now?  Charges the budget if so; if
+ * not, the caller hands the bio to ioq_inline_later.
+ */
+bool ioq_inline_now(struct ioq *q, size_t bytes);
+
+/* Largest inline copy worth merging into one call (0 = no limit). */
+static inline size_t ioq_inline_cap(const struct ioq *q)
+{
+	return q->inline_budget;
+}
+
+/* Do @bio inline at the next reap period (or now, out of memory). */
+void ioq_inline_later(struct ioq *q, struct file_target *ft, struct bio *bio);
 
 /* Common set-up of the generic part; backends call it first. */
 void ioq_init(struct ioq *q, const struct ioq_ops *ops,

@@ -4,12 +4,20 @@
  * of a thread, dispatch to the backend, and the bios done inline.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
 
 static __thread struct ioq *current_ioq;
+
+/* A bio waiting for the next reap period's inline budget. */
+struct ioq_later {
+	struct ioq_later *next;
+	struct file_target *ft;
+	struct bio *bio;
+};
 
 int ioq_backend_parse(const char *name, enum ioq_backend *out)
 {
@@ -50,6 +58,13 @@ void ioq_destroy(struct ioq *q)
 		return;
 	if (current_ioq == q)
 		current_ioq = NULL;
+	/* Nothing in flight, so later_head is empty: only spare nodes. */
+	while (q->later_free) {
+		struct ioq_later *l = q->later_free;
+
+		q->later_free = l->next;
+		free(l);
+	}
 	q->ops->destroy(q);
 }
 
@@ -83,6 +98,66 @@ void ioq_init(struct ioq *q, const struct ioq_ops *ops,
 	q->done_tail = &q->done_head;
 	q->done_efd = -1;
 	q->inline_wakeup = true;
+	q->inline_budget = q->inline_left = 0;
+	q->later_head = q->later_free = NULL;
+	q->later_tail = &q->later_head;
+}
+
+void ioq_set_inline_budget(struct ioq *q, size_t bytes)
+{
+	q->inline_budget = q->inline_left = bytes;
+}
+
+bool ioq_inline_now(struct ioq *q, size_t bytes)
+{
+	if (!q->inline_budget || bytes <= IOQ_INLINE_SMALL)
+		return true;
+	/* Those waiting go first: a period's budget never skips them. */
+	if (q->later_head || !q->inline_left)
+		return false;
+	q->inline_left -= bytes < q->inline_left ? bytes : q->inline_left;
+	return true;
+}
+
+void ioq_inline_later(struct ioq *q, struct file_target *ft, struct bio *bio)
+{
+	struct ioq_later *l = q->later_free;
+
+	if (l)
+		q->later_free = l->next;
+	else if (!(l = malloc(sizeof(*l)))) {
+		file_inline(ft, q, bio); /* late beats lost */
+		return;
+	}
+	l->next = NULL;
+	l->ft = ft;
+	l->bio = bio;
+	*q->later_tail = l;
+	q->later_tail = &l->next;
+	q->inflight++;
+}
+
+/*
+ * A new reap period: the waiting bios first, as far as the budget goes
+ * (all of them if the budget was lifted meanwhile).
+ */
+static void ioq_run_later(struct ioq *q)
+{
+	q->inline_left = q->inline_budget;
+	while (q->later_head && (!q->inline_budget || q->inline_left)) {
+		struct ioq_later *l = q->later_head;
+		size_t bytes = l->bio->bi_iter.bi_size;
+
+		q->later_head = l->next;
+		if (!q->later_head)
+			q->later_tail = &q->later_head;
+		q->inline_left -= bytes < q->inline_left ? bytes :
+							   q->inline_left;
+		q->inflight--;
+		file_inline(l->ft, q, l->bio);
+		l->next = q->later_free;
+		q->later_free = l;
+	}
 }
 
 void ioq_set_inline_wakeup(struct ioq *q, bool on)
@@ -113,8 +188,12 @@ void ioq_defer_end(struct ioq *q, struct bio *bio, int err)
  */
 static int ioq_end_deferred(struct ioq *q)
 {
-	struct bio *list = q->done_head;
+	struct bio *list;
 	int n = 0;
+
+	if (q->later_head || q->inline_budget)
+		ioq_run_later(q);
+	list = q->done_head;
 
 	q->done_head = NULL;
 	q->done_tail = &q->done_head;
@@ -140,7 +219,7 @@ int ioq_reap(struct ioq *q)
 
 bool ioq_has_ready(const struct ioq *q)
 {
-	return q->done_head != NULL;
+	return q->done_head || q->later_head;
 }
 
 int ioq_wait(struct ioq *q)

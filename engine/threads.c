@@ -40,6 +40,12 @@ static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct threads_rq *head, **tail;
+	/*
+	 * Small reads and writes go first: one client's 32 MiB request is
+	 * hundreds of pieces, and a 4 KiB request queued behind them would
+	 * wait for all of them.
+	 */
+	struct threads_rq *small_head, **small_tail;
 	unsigned int nr_threads; /* wanted */
 	unsigned int running;
 	unsigned int users; /* queues alive */
@@ -79,16 +85,20 @@ static void *pool_worker(void *arg)
 		uint64_t one = 1;
 
 		pthread_mutex_lock(&pool.lock);
-		while (!pool.head && !pool.stop)
+		while (!pool.small_head && !pool.head && !pool.stop)
 			pthread_cond_wait(&pool.cond, &pool.lock);
-		rq = pool.head;
-		if (!rq) { /* stopping and nothing left */
+		if ((rq = pool.small_head)) {
+			pool.small_head = rq->next;
+			if (!pool.small_head)
+				pool.small_tail = &pool.small_head;
+		} else if ((rq = pool.head)) {
+			pool.head = rq->next;
+			if (!pool.head)
+				pool.tail = &pool.head;
+		} else { /* stopping and nothing left */
 			pthread_mutex_unlock(&pool.lock);
 			return NULL;
 		}
-		pool.head = rq->next;
-		if (!pool.head)
-			pool.tail = &pool.head;
 		pthread_mutex_unlock(&pool.lock);
 
 		rq->res = file_do_sync(rq->ft, rq->bio);
@@ -112,6 +122,7 @@ static int pool_start_locked(void)
 		return -ENOMEM;
 	pool.stop = false;
 	pool.tail = &pool.head;
+	pool.small_tail = &pool.small_head;
 	for (i = 0; i < pool.nr_threads; i++) {
 		if (pthread_create(&pool.tids[i], NULL, pool_worker, NULL))
 			break;
@@ -158,6 +169,7 @@ static void threads_submit(struct ioq *q, struct file_target *ft,
 {
 	struct threads_ioq *tq = to_tq(q);
 	struct threads_rq *rq = tq->free_rqs;
+	bool small;
 	int r = 0;
 
 	if (rq)
@@ -170,11 +182,17 @@ static void threads_submit(struct ioq *q, struct file_target *ft,
 	rq->ft = ft;
 	rq->tq = tq;
 	rq->next = NULL;
+	small = (bio_op(bio) == REQ_OP_READ || bio_op(bio) == REQ_OP_WRITE) &&
+		bio->bi_iter.bi_size <= IOQ_INLINE_SMALL;
 
 	pthread_mutex_lock(&pool.lock);
 	if (!pool.running)
 		r = pool_start_locked();
-	if (!r) {
+	if (!r && small) {
+		*pool.small_tail = rq;
+		pool.small_tail = &rq->next;
+		pthread_cond_signal(&pool.cond);
+	} else if (!r) {
 		*pool.tail = rq;
 		pool.tail = &rq->next;
 		pthread_cond_signal(&pool.cond);

@@ -18,6 +18,14 @@
 #include "internal.h"
 
 #define URING_RQ_IOVS 16
+/*
+ * Bytes of reads and writes we push to io_uring's async workers at once;
+ * the rest wait here.  The kernel runs those workers' queue in order, and
+ * a small request the kernel itself punts there (a buffered write that
+ * must allocate, say) would otherwise wait behind all of a client's 32 MiB
+ * requests; a few MiB still keeps many cores copying.
+ */
+#define URING_ASYNC_MAX_BYTES (4u << 20)
 
 struct uring_rq {
 	struct uring_rq *next;
@@ -25,6 +33,8 @@ struct uring_rq {
 	struct file_target *ft;
 	enum zero_step zstep;
 	bool syncing; /* FUA on discard/zeroes: the final fdatasync */
+	bool async; /* IOSQE_ASYNC: the copy never runs in io_uring_submit */
+	uint32_t async_bytes; /* counted in uring_ioq.async_bytes */
 	uint32_t zdone; /* bytes of zeros written (ZS_WRITE) */
 	struct iovec iov[URING_RQ_IOVS];
 };
@@ -38,6 +48,8 @@ struct uring_ioq {
 	unsigned int cq_entries;
 	struct uring_rq *free_rqs;
 	struct uring_rq *pending, **pending_tail;
+	uint64_t async_bytes; /* IOSQE_ASYNC reads and writes in flight */
+	struct uring_rq *async_wait, **async_wait_tail; /* over the cap */
 };
 
 static inline struct uring_ioq *to_uq(struct ioq *q)
@@ -112,6 +124,8 @@ static void rq_prep(struct io_uring_sqe *sqe, struct uring_rq *rq)
 		}
 		break;
 	}
+	if (rq->async)
+		sqe->flags |= IOSQE_ASYNC;
 	io_uring_sqe_set_data(sqe, rq);
 }
 
@@ -163,6 +177,42 @@ static void uring_issue_pending(struct uring_ioq *uq)
 	}
 }
 
+/* An async read or write: issued now if the cap allows, else queued. */
+static void uring_issue_async(struct uring_ioq *uq, struct uring_rq *rq)
+{
+	uint32_t bytes = rq->bio->bi_iter.bi_size;
+
+	if (uq->async_wait ||
+	    (uq->async_bytes && uq->async_bytes + bytes > URING_ASYNC_MAX_BYTES)) {
+		rq->next = NULL;
+		*uq->async_wait_tail = rq;
+		uq->async_wait_tail = &rq->next;
+		return;
+	}
+	rq->async_bytes = bytes;
+	uq->async_bytes += bytes;
+	uring_issue(uq, rq);
+}
+
+/* Room under the cap again: the waiting ones, in order. */
+static void uring_issue_async_waiting(struct uring_ioq *uq)
+{
+	while (uq->async_wait) {
+		struct uring_rq *rq = uq->async_wait;
+		uint32_t bytes = rq->bio->bi_iter.bi_size;
+
+		if (uq->async_bytes &&
+		    uq->async_bytes + bytes > URING_ASYNC_MAX_BYTES)
+			return;
+		uq->async_wait = rq->next;
+		if (!uq->async_wait)
+			uq->async_wait_tail = &uq->async_wait;
+		rq->async_bytes = bytes;
+		uq->async_bytes += bytes;
+		uring_issue(uq, rq);
+	}
+}
+
 static void uring_submit(struct ioq *q, struct file_target *ft,
 			 struct bio *bio)
 {
@@ -178,10 +228,24 @@ static void uring_submit(struct ioq *q, struct file_target *ft,
 	}
 	rq->bio = bio;
 	rq->ft = ft;
+	/*
+	 * Page-cache hits are copied inside io_uring_submit, on this thread:
+	 * past the period's inline budget (ioq_set_inline_budget), or when
+	 * asked, they go to io_uring's async workers instead.
+	 */
+	rq->async = (bio_op(bio) == REQ_OP_READ ||
+		     bio_op(bio) == REQ_OP_WRITE) &&
+		    ((bio->bi_opf & REQ_ASYNC) ||
+		     !ioq_inline_now(q, bio->bi_iter.bi_size));
 	rq->syncing = false;
 	rq->zdone = 0;
 	rq->zstep = zero_first_step(bio);
+	rq->async_bytes = 0;
 	q->inflight++;
+	if (rq->async) {
+		uring_issue_async(uq, rq);
+		return;
+	}
 	uring_issue(uq, rq);
 }
 
@@ -191,6 +255,7 @@ static void rq_end(struct uring_ioq *uq, struct uring_rq *rq, int err)
 	struct file_target *ft = rq->ft;
 
 	uq->q.inflight--;
+	uq->async_bytes -= rq->async_bytes;
 	rq_put(uq, rq);
 	if (err)
 		target_report_error(&ft->t, bio, err);
@@ -327,6 +392,7 @@ static int uring_reap(struct ioq *q)
 		    io_uring_get_events(&uq->ring) == 0)
 			n = 1;
 	} while (n);
+	uring_issue_async_waiting(uq);
 	uring_issue_pending(uq);
 	return (int)total;
 }
@@ -412,6 +478,7 @@ int uring_ioq_create(struct ioq **out, unsigned int depth)
 	uq->efd = -1;
 	uq->cq_entries = uq->ring.cq.ring_entries;
 	uq->pending_tail = &uq->pending;
+	uq->async_wait_tail = &uq->async_wait;
 	*out = &uq->q;
 	return 0;
 }

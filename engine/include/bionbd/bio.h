@@ -85,6 +85,14 @@ enum req_flag {
 	REQ_NOFALLBACK = 1u << (REQ_OP_BITS + 2), /* write-zeroes: fail with
 						   * -EOPNOTSUPP rather than
 						   * write zeroes slowly */
+	/*
+	 * The submitter is an event loop serving other clients too: the data
+	 * copy must not run on its thread.  Targets that would do the I/O
+	 * inline hand it to their queue instead, and io_uring punts it to its
+	 * async workers even when the page cache could serve it at once, so
+	 * the pieces of one large request run in parallel on other cores.
+	 */
+	REQ_ASYNC = 1u << (REQ_OP_BITS + 3),
 };
 
 /* Extent flags, equal to NBD's base:allocation bits. */

@@ -39,6 +39,7 @@
 #define BIONBD_IOQ_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include <bionbd/bio.h>
 
@@ -107,6 +108,19 @@ int ioq_wait(struct ioq *q);
  * (ioq_ev.h) turns it off and saves two system calls a batch.
  */
 void ioq_set_inline_wakeup(struct ioq *q, bool on);
+
+/**
+ * ioq_set_inline_budget - bytes of inline copies (memory-backed members)
+ * per reap period; 0 (the default) = no limit
+ *
+ * An event loop serving many clients sets it: a copy larger than
+ * IOQ_INLINE_SMALL that finds the period's budget spent waits for the next
+ * ioq_reap, which does the waiting ones first, in order.  So one client's
+ * 32 MiB read is copied a slice per loop turn, and the 4 KiB request of
+ * another client on the same loop is served between two slices instead of
+ * after all of it.  ioq_has_ready() is true while copies wait.
+ */
+void ioq_set_inline_budget(struct ioq *q, size_t bytes);
 
 /**
  * ioq_event_fd - an eventfd that becomes readable when ioq_reap has work
