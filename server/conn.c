@@ -425,21 +425,37 @@ static void conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 
 static void conn_send(struct conn *c)
 {
-	struct iovec iov[256];
+	struct iovec iov[SRV_SEND_IOVS];
+	size_t budget = SRV_TURN_SEND_BYTES;
 
 	if (c->olen)
 		return; /* handshake bytes first; the write watcher is on */
 	while (c->oq_head) {
 		struct msghdr msg = { .msg_iov = iov };
 		unsigned int n = 0;
+		size_t want = 0;
 		ssize_t sent;
 
-		for (struct nbd_req *r = c->oq_head; r && n < 256; r = r->next)
-			for (unsigned int i = r->iov_idx; i < r->niov && n < 256;
-			     i++)
-				iov[n++] = r->iov[i];
+		if (!budget) {
+			/* The others' turn: the write watcher fires next. */
+			ev_io_start(c->w->loop, &c->wio);
+			return;
+		}
+		/* At most the budget: the kernel would take up to sndbuf. */
+		for (struct nbd_req *r = c->oq_head;
+		     r && n < SRV_SEND_IOVS && want < budget; r = r->next)
+			for (unsigned int i = r->iov_idx;
+			     i < r->niov && n < SRV_SEND_IOVS && want < budget;
+			     i++) {
+				iov[n] = r->iov[i];
+				if (iov[n].iov_len > budget - want)
+					iov[n].iov_len = budget - want;
+				want += iov[n++].iov_len;
+			}
 		msg.msg_iovlen = n;
 		sent = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+		if (sent > 0)
+			budget -= (size_t)sent;
 		if (sent < 0) {
 			if (errno == EINTR)
 				continue;

@@ -68,11 +68,13 @@ static void usage(FILE *f)
 	      "              [-e EXPORTNAME] [-P PIDFILE] [--stripe-size SIZE]\n"
 	      "              [--size SIZE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
-	      "              [--max-connections N] [--memory SIZE] MEMBER...\n"
+	      "              [--max-connections N] [--memory SIZE]\n"
+	      "              [--async-min SIZE] MEMBER...\n"
 	      "       bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-P PIDFILE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
-	      "              [--max-connections N] [--memory SIZE] -c FILE.conf\n"
+	      "              [--max-connections N] [--memory SIZE]\n"
+	      "              [--async-min SIZE] -c FILE.conf\n"
 	      "\n"
 	      "Serve a RAID-0 volume striped over MEMBER files (or the exports of\n"
 	      "FILE.conf) over NBD.  Listens on 127.0.0.1:10809 unless -U, -i or\n"
@@ -100,6 +102,9 @@ static void usage(FILE *f)
 	      "      --memory SIZE      payload buffers cached for reuse, all\n"
 	      "                         workers together (default 128M a worker,\n"
 	      "                         at most 1/8 of the RAM)\n"
+	      "      --async-min SIZE   copy the data of requests this large on\n"
+	      "                         other threads, not the worker (default\n"
+	      "                         1M with 8 CPUs or more, else 0 = never)\n"
 	      "  -h, --help             this text\n"
 	      "  -V, --version          print the version\n",
 	      f);
@@ -147,6 +152,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "handshake-timeout", required_argument, NULL, 'H' },
 		{ "max-connections", required_argument, NULL, 'M' },
 		{ "memory", required_argument, NULL, 'm' },
+		{ "async-min", required_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -178,6 +184,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 				    optarg);
 			break;
 		case 'm': add_setting(cl, "--memory", "memory", optarg); break;
+		case 'A': add_setting(cl, "--async-min", "async-min", optarg); break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("bionbd %s\n", BIONBD_VERSION); exit(0);
 		default: usage(stderr); exit(1);
@@ -408,6 +415,9 @@ int main(int argc, char **argv)
 	srv.nr_workers = o.threads ? o.threads :
 				     (ncpu > 0 ? (unsigned int)ncpu : 1);
 	srv.bufs.budget_bytes = memory_budget(&o, srv.nr_workers);
+	srv.async_min = o.async_min_set		   ? o.async_min :
+			ncpu >= SRV_AUTO_ASYNC_CPUS ? SRV_AUTO_ASYNC_MIN :
+						      0;
 
 	signal(SIGPIPE, SIG_IGN);
 	nbdl_log_to_stderr("bionbd");

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <bionbd/config.h>
+#include <bionbd/nbdl.h>
 
 #include "options.h"
 
@@ -100,9 +101,22 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 		o->memory_set = true;
 		return 0;
 	}
+	if (!strcmp(key, "async-min")) {
+		uint64_t v;
+
+		if (parse_size(value, &v) || v > NBDL_MAX_PAYLOAD) {
+			snprintf(why, whylen,
+				 "expected a size up to 32M (e.g. 256K; 0 = "
+				 "copy everything on the worker)");
+			return -EINVAL;
+		}
+		o->async_min = (uint32_t)v;
+		o->async_min_set = true;
+		return 0;
+	}
 	snprintf(why, whylen,
 		 "unknown key (server keys: listen, port, socket, threads, "
 		 "backend, poll-us, handshake-timeout, max-connections, "
-		 "memory)");
+		 "memory, async-min)");
 	return -ENOENT;
 }

@@ -27,6 +27,15 @@
 /* Default buffer cache budget: per worker, and at most 1/8 of the RAM. */
 #define SRV_MEMORY_PER_WORKER (128ull << 20)
 #define SRV_MEMORY_MIN (64ull << 20)
+/*
+ * Without async-min: requests of at least SRV_AUTO_ASYNC_MIN bytes have
+ * their data copied off the worker thread (REQ_ASYNC) on machines with
+ * SRV_AUTO_ASYNC_CPUS or more CPUs, where spare cores can run the copies;
+ * on smaller ones the worker copies everything, which measured faster and
+ * fairer there (docs/design.md, "Large requests and fairness").
+ */
+#define SRV_AUTO_ASYNC_MIN (1u << 20)
+#define SRV_AUTO_ASYNC_CPUS 8
 
 struct srv_options {
 	char *listen; /* address; NULL = not given */
@@ -38,13 +47,15 @@ struct srv_options {
 	unsigned int poll_us;
 	unsigned int handshake_s; /* 0 = no limit */
 	unsigned int max_conns;
+	uint32_t async_min; /* bytes; 0 = every copy on the worker */
+	bool async_min_set; /* else chosen by the CPU count */
 	uint64_t memory_bytes; /* buffer cache budget; see memory_set */
 	bool memory_set; /* else derived from the worker count */
 };
 
 /*
  * Defaults: nothing given, backend io_uring, poll-us 200, handshake-timeout
- * 10, max-connections 1024.
+ * 10, max-connections 1024, async-min by the CPU count.
  */
 void srv_options_init(struct srv_options *o);
 
@@ -53,7 +64,7 @@ void srv_options_release(struct srv_options *o);
 /**
  * srv_option_set - apply one setting: "listen", "port", "socket",
  *                  "threads", "backend", "poll-us", "handshake-timeout",
- *                  "max-connections", "memory"
+ *                  "max-connections", "memory", "async-min"
  * @why: on -EINVAL, what is wrong with @value (callers name the key or
  *       flag, and the file and line)
  *

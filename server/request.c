@@ -132,6 +132,7 @@ static void req_endio(struct bio *bio)
 void req_run(struct nbd_req *r)
 {
 	struct nbdl_export *e = r->c->exp;
+	const struct server *srv = r->c->w->srv;
 	struct bio *bio;
 	int err;
 
@@ -153,6 +154,13 @@ void req_run(struct nbd_req *r)
 		reply_queue(r);
 		return;
 	}
+	/*
+	 * A large copy on the worker would hold up every other connection on
+	 * it for its whole length; elsewhere it also runs beside them.
+	 */
+	if (srv->async_min && r->len >= srv->async_min &&
+	    (r->type == NBD_CMD_READ || r->type == NBD_CMD_WRITE))
+		bio->bi_opf |= REQ_ASYNC;
 	bio->bi_private = r;
 	bio->bi_end_io = req_endio;
 	submit_bio(e->vol, bio);

@@ -42,11 +42,21 @@
 #define SRV_RBUF_BYTES (256u << 10) /* per worker */
 #define SRV_DIRECT_READ_MIN (64u << 10) /* recv payloads straight in */
 /*
- * Bytes one connection may receive in one loop turn: a client streaming
- * large writes then yields to the worker's other connections (the watcher
- * is level-triggered, so the rest is read next turn).
+ * Bytes one connection may receive, and send, in one loop turn: a client
+ * streaming large writes or reads then yields to the worker's other
+ * connections (the read watcher is level-triggered, so the rest is read
+ * next turn; the write watcher takes over the rest of the send).  Measured
+ * with bench/run's neighbour rows: 4 MiB let a 1 MiB stream hold a 4 KiB
+ * client for milliseconds; 256 KiB costs the stream little.
  */
-#define SRV_TURN_RECV_BYTES (4u << 20)
+#define SRV_TURN_RECV_BYTES (256u << 10)
+#define SRV_TURN_SEND_BYTES (256u << 10)
+#define SRV_SEND_IOVS 256u /* iovecs in one sendmsg */
+/*
+ * Bytes of tmpfs copies a worker does per loop turn before larger ones
+ * wait for the next turn (ioq_set_inline_budget), for the same reason.
+ */
+#define SRV_TURN_INLINE_BYTES (256u << 10)
 #define SRV_UNIX_SNDBUF (4 << 20) /* queued replies per unix socket */
 #define SRV_READ_CHUNKS 8 /* content chunks in one structured read */
 #define SRV_MAX_EXTENTS (1u << 20) /* descriptors in one block status */
@@ -64,6 +74,7 @@ struct server {
 	double poll_max_s; /* busy-poll window cap; 0 = never busy-poll */
 	double handshake_s; /* drop clients still negotiating then; 0 = never */
 	unsigned int max_conns;
+	uint32_t async_min; /* requests this large: REQ_ASYNC; 0 = none */
 	atomic_uint nr_conns; /* accepted and not yet closed, all workers */
 	struct buf_pool bufs; /* the budget of every worker's buffer cache */
 	atomic_bool stopping;

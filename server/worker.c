@@ -109,6 +109,7 @@ int worker_init(struct worker *w, struct server *srv)
 	r = ioq_create(&w->q, srv->backend, 256);
 	if (r)
 		return r;
+	ioq_set_inline_budget(w->q, SRV_TURN_INLINE_BYTES);
 	r = ioq_ev_start(&w->qev, w->q, w->loop);
 	if (r)
 		return r;

@@ -298,11 +298,13 @@ stripe_member() {
 #                            its runtime (nbdkit) is installed (else skip)
 #   start_server [-r] [--stripe-size S] [--size S] [--backend B]
 #                [--conf FILE] [--export NAME] [--threads N]
-#                [--] [MEMBER...]
+#                [--async-min SIZE] [--] [MEMBER...]
 #                            serve on a unix socket in $tmp, in the
 #                            background (stopped at exit); returns once it
 #                            accepts connections.  Sets NBD_SOCK, NBD_URI,
 #                            SERVER_PID, SERVER_LOG (its stderr).
+#                            --async-min is bionbd's alone (the plugin
+#                            copies on nbdkit's threads anyway).
 #   stop_server              TERM by PID and wait, so a test can restart it
 #   server_must_fail OPTS... same options; the server must exit non-zero
 #                            without serving; its output in $SERVER_ERR
@@ -354,7 +356,7 @@ nbd_uri() {
 # in the array _cmd.
 _server_cmd() {
     local sock=$1 pidfile=$2 ro='' chunk='' size='' be='' conf='' export='' arg
-    local threads=''
+    local threads='' async=''
     shift 2
     local mem=()
     while [[ $# -gt 0 ]]; do
@@ -366,6 +368,7 @@ _server_cmd() {
         --conf) conf=$2; shift ;;
         --export) export=$2; shift ;;
         --threads) threads=$2; shift ;;
+        --async-min) async=$2; shift ;;
         --) shift; mem+=("$@"); break ;;
         -*) die "start_server: unknown option $1" ;;
         *) mem+=("$1") ;;
@@ -394,6 +397,7 @@ _server_cmd() {
         [[ -z $be ]] || _cmd+=(--backend "$be")
         [[ -z $conf ]] || _cmd+=(-c "$conf")
         [[ -z $export ]] || _cmd+=(-e "$export")
+        [[ -z $async ]] || _cmd+=(--async-min "$async")
         _cmd+=("${mem[@]}")
         ;;
     esac

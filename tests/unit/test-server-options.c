@@ -106,6 +106,18 @@ int main(void)
 	CHECK_EQ(set(&o, "memory", "lots"), -EINVAL);
 	CHECK_EQ(o.memory_bytes, 0);
 
+	CHECK(!o.async_min_set);
+	CHECK_EQ(set(&o, "async-min", "256K"), 0);
+	CHECK(o.async_min_set);
+	CHECK_EQ(o.async_min, 256u << 10);
+	CHECK_EQ(set(&o, "async-min", "0"), 0); /* never */
+	CHECK_EQ(o.async_min, 0);
+	CHECK_EQ(set(&o, "async-min", "32M"), 0);
+	CHECK_EQ(set(&o, "async-min", "33M"), -EINVAL);
+	CHECK(strstr(why, "32M"));
+	CHECK_EQ(set(&o, "async-min", "1.5M"), -EINVAL);
+	CHECK_EQ(o.async_min, 32u << 20);
+
 	CHECK_EQ(set(&o, "listen_addr", "x"), -ENOENT);
 	CHECK(strstr(why, "unknown key"));
 
