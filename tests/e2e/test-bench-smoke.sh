@@ -176,6 +176,38 @@ if command -v gnuplot >/dev/null; then
     [[ -s $out/cpu-per-request.png ]] || die "no cpu-per-request.png"
 fi
 
+# ------------------------------------------------------------ shaped rows
+
+log "rows that compare a server with itself: shared-worker, neighbour"
+out=$tmp/run4
+bench_run "$out" 0 --servers bionbd,nbdkit-file,fio-direct \
+    --workloads shared-worker-read,neighbour-write --rounds 1 --runtime 0.5
+no_leftovers "$out"
+# A ratio and what it is made of, for both servers; n/a for no server.
+expect_grep '^\| shared-worker-read \| [0-9.]+× \([0-9]+ / [0-9]+ MiB/s\) \| [0-9.]+× \([0-9]+ / [0-9]+ MiB/s\) \| n/a \|' \
+    "$out/latest.md"
+expect_grep '^\| neighbour-write \| [0-9.]+× \(p99 [0-9]+ / [0-9]+ µs; p50 [0-9]+ / [0-9]+\) \| [0-9.]+× \(p99' \
+    "$out/latest.md"
+expect_grep '^\| 10 \| bionbd -t 1: two connections' "$out/latest.md"
+"$PY" -c '
+import json, sys
+js = json.load(open(sys.argv[1]))
+runs = js["runs"]
+assert len(runs) == 4, [(r["server"], r["workload"]) for r in runs]
+for r in runs:
+    assert r["error"] is None, r
+    assert r["shape_ratio"] > 0 and r["server_cpu_us_per_req"] > 0, r
+    assert r["peak_rss_kib"] > 0, r
+    if r["workload"].startswith("neighbour"):
+        assert set(r["jobs"]) == {"small", "stream"}, r["jobs"]
+        assert 0 < r["alone_p99_us"] and 0 < r["next_p99_us"], r
+    else:
+        assert r["base_mib_s"] > 0 and r["mib_s"] > 0, r
+# bionbd ran them on a server of its own with one worker.
+cmd = js["servers"]["bionbd"]["shaped_command"]
+assert cmd[cmd.index("-t") + 1] == "1", cmd
+' "$out/latest.json" || die "shaped runs are malformed"
+
 # ------------------------------------------------------------ qemu-img bench
 
 if command -v qemu-img >/dev/null; then
