@@ -181,19 +181,11 @@ void ioq_defer_end(struct ioq *q, struct bio *bio, int err)
 	q->inflight++;
 }
 
-/*
- * End the bios done inline up to now.  Their end_io may submit more, which
- * may be done inline too: those wait for the next call, so a callback that
- * always resubmits can neither recurse nor keep this loop from returning.
- */
-static int ioq_end_deferred(struct ioq *q)
+/* End the bios on the done list now; returns how many. */
+static int ioq_end_done(struct ioq *q)
 {
-	struct bio *list;
+	struct bio *list = q->done_head;
 	int n = 0;
-
-	if (q->later_head || q->inline_budget)
-		ioq_run_later(q);
-	list = q->done_head;
 
 	q->done_head = NULL;
 	q->done_tail = &q->done_head;
@@ -205,6 +197,28 @@ static int ioq_end_deferred(struct ioq *q)
 		q->inflight--;
 		bio_endio(bio, bio->bi_iter.bi_size, bio->bi_status);
 		n++;
+	}
+	return n;
+}
+
+/*
+ * End the bios done inline up to now, then do the copies waiting for this
+ * period's budget and end those.  What was done already ends first: a
+ * small request finished last turn does not wait for another client's
+ * copies.  End_io callbacks may submit more, which may be done inline
+ * too: those wait for the next call, so a callback that always resubmits
+ * can neither recurse nor keep this from returning.
+ */
+static int ioq_end_deferred(struct ioq *q)
+{
+	int n = ioq_end_done(q);
+
+	if (q->later_head || q->inline_budget) {
+		struct bio *mark = q->done_head; /* submitted by those end_ios */
+
+		ioq_run_later(q);
+		if (!mark)
+			n += ioq_end_done(q);
 	}
 	return n;
 }

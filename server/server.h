@@ -45,18 +45,21 @@
  * Bytes one connection may receive, and send, in one loop turn: a client
  * streaming large writes or reads then yields to the worker's other
  * connections (the read watcher is level-triggered, so the rest is read
- * next turn; the write watcher takes over the rest of the send).  Measured
- * with bench/run's neighbour rows: 4 MiB let a 1 MiB stream hold a 4 KiB
- * client for milliseconds; 256 KiB costs the stream little.
+ * next turn; the write watcher takes over the rest of the send).  With
+ * the inline budget below, measured by bench/run's seq* and neighbour rows
+ * (2 CPUs): 4 MiB (before) let a 1 MiB read stream hold a 4 KiB client
+ * for 1.8 ms at p99; 256 KiB cut that to 0.3 ms but cost 1 MiB streams up
+ * to a third of their throughput; 512 KiB keeps them and gives 0.5 ms.
  */
-#define SRV_TURN_RECV_BYTES (256u << 10)
-#define SRV_TURN_SEND_BYTES (256u << 10)
+#define SRV_TURN_RECV_BYTES (512u << 10)
+#define SRV_TURN_SEND_BYTES (512u << 10)
 #define SRV_SEND_IOVS 256u /* iovecs in one sendmsg */
 /*
- * Bytes of tmpfs copies a worker does per loop turn before larger ones
- * wait for the next turn (ioq_set_inline_budget), for the same reason.
+ * Bytes of member copies a worker does itself per loop turn, for all its
+ * connections, before larger ones wait for the next turn (tmpfs) or go to
+ * io_uring's async workers (ioq_set_inline_budget); same measurements.
  */
-#define SRV_TURN_INLINE_BYTES (256u << 10)
+#define SRV_TURN_INLINE_BYTES (512u << 10)
 #define SRV_UNIX_SNDBUF (4 << 20) /* queued replies per unix socket */
 #define SRV_READ_CHUNKS 8 /* content chunks in one structured read */
 #define SRV_MAX_EXTENTS (1u << 20) /* descriptors in one block status */
