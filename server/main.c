@@ -415,9 +415,10 @@ int main(int argc, char **argv)
 	srv.nr_workers = o.threads ? o.threads :
 				     (ncpu > 0 ? (unsigned int)ncpu : 1);
 	srv.bufs.budget_bytes = memory_budget(&o, srv.nr_workers);
-	srv.async_min = o.async_min_set		   ? o.async_min :
-			ncpu >= SRV_AUTO_ASYNC_CPUS ? SRV_AUTO_ASYNC_MIN :
-						      0;
+	if (o.async_min_set)
+		srv.async_min = o.async_min;
+	else if (ncpu >= SRV_AUTO_ASYNC_CPUS)
+		srv.async_min = SRV_AUTO_ASYNC_MIN;
 
 	signal(SIGPIPE, SIG_IGN);
 	nbdl_log_to_stderr("bionbd");
