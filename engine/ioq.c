@@ -231,6 +231,14 @@ int ioq_reap(struct ioq *q)
 	return r < 0 ? r : n + r;
 }
 
+int ioq_reap_done(struct ioq *q)
+{
+	int n = ioq_end_done(q);
+	int r = q->ops->reap(q);
+
+	return r < 0 ? r : n + r;
+}
+
 bool ioq_has_ready(const struct ioq *q)
 {
 	return q->done_head || q->later_head;

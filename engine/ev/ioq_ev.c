@@ -19,9 +19,19 @@ static void ioq_ev_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 	struct ioq_ev *iw = container_of(w, struct ioq_ev, prepare);
 
 	ioq_flush(iw->q);
-	ioq_reap(iw->q);
+	/*
+	 * What finished goes out before this turn's waiting copies are
+	 * done, then what those finish: a 4 KiB reply does not wait for
+	 * another client's megabyte.
+	 */
+	ioq_reap_done(iw->q);
 	if (iw->after_reap)
 		iw->after_reap(iw);
+	if (ioq_has_ready(iw->q)) {
+		ioq_reap(iw->q);
+		if (iw->after_reap)
+			iw->after_reap(iw);
+	}
 	/*
 	 * The loop is about to block: whatever the reap or the hook queued
 	 * (the rest of a short read, the next step of a write-zeroes, bios

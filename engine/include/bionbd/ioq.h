@@ -89,6 +89,14 @@ int ioq_flush(struct ioq *q);
 int ioq_reap(struct ioq *q);
 
 /**
+ * ioq_reap_done - ioq_reap without the copies that wait for the inline
+ * budget (ioq_set_inline_budget): only what is finished already.  A loop
+ * calls it, sends the replies that produced, then calls ioq_reap, so a
+ * small request's reply never waits for another client's copies.
+ */
+int ioq_reap_done(struct ioq *q);
+
+/**
  * ioq_has_ready - true when bios done inline wait for ioq_reap
  *
  * A loop must not block while this is true: those completions do not
