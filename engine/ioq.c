@@ -234,6 +234,13 @@ int ioq_reap(struct ioq *q)
 int ioq_reap_done(struct ioq *q)
 {
 	int n = ioq_end_done(q);
+
+	/*
+	 * A new period for io_uring's budget too; copies waiting (tmpfs)
+	 * get theirs in ioq_reap, first.
+	 */
+	if (!q->later_head)
+		q->inline_left = q->inline_budget;
 	int r = q->ops->reap(q);
 
 	return r < 0 ? r : n + r;
