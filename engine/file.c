@@ -71,8 +71,7 @@ static void file_submit(struct target *t, struct bio *bio)
 		return;
 	}
 	if (ft->inline_io && !(bio->bi_opf & REQ_ASYNC)) {
-		bool copy = bio_op(bio) == REQ_OP_READ ||
-			    bio_op(bio) == REQ_OP_WRITE;
+		bool copy = bio_has_data(bio);
 
 		if (copy && blk_plug_add(t, bio))
 			return;

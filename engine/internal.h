@@ -144,6 +144,11 @@ struct ioq {
  */
 #define IOQ_INLINE_SMALL (16u << 10)
 
+static inline bool ioq_bio_small(const struct bio *bio)
+{
+	return bio_has_data(bio) && bio->bi_iter.bi_size <= IOQ_INLINE_SMALL;
+}
+
 /* End @bio with @err at the next reap; called from submit paths. */
 void ioq_defer_end(struct ioq *q, struct bio *bio, int err);
 

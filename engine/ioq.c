@@ -214,10 +214,10 @@ static int ioq_end_deferred(struct ioq *q)
 	int n = ioq_end_done(q);
 
 	if (q->later_head || q->inline_budget) {
-		struct bio *mark = q->done_head; /* submitted by those end_ios */
+		bool resubmitted = q->done_head; /* by those end_ios: later */
 
 		ioq_run_later(q);
-		if (!mark)
+		if (!resubmitted)
 			n += ioq_end_done(q);
 	}
 	return n;

@@ -182,8 +182,7 @@ static void threads_submit(struct ioq *q, struct file_target *ft,
 	rq->ft = ft;
 	rq->tq = tq;
 	rq->next = NULL;
-	small = (bio_op(bio) == REQ_OP_READ || bio_op(bio) == REQ_OP_WRITE) &&
-		bio->bi_iter.bi_size <= IOQ_INLINE_SMALL;
+	small = ioq_bio_small(bio);
 
 	pthread_mutex_lock(&pool.lock);
 	if (!pool.running)

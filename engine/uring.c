@@ -177,39 +177,44 @@ static void uring_issue_pending(struct uring_ioq *uq)
 	}
 }
 
+/* Would @rq fit under the cap?  One at a time always does. */
+static bool uring_async_fits(const struct uring_ioq *uq,
+			     const struct uring_rq *rq)
+{
+	uint64_t after = uq->async_bytes + rq->bio->bi_iter.bi_size;
+
+	return !uq->async_bytes || after <= URING_ASYNC_MAX_BYTES;
+}
+
+static void uring_issue_counted(struct uring_ioq *uq, struct uring_rq *rq)
+{
+	rq->async_bytes = rq->bio->bi_iter.bi_size;
+	uq->async_bytes += rq->async_bytes;
+	uring_issue(uq, rq);
+}
+
 /* An async read or write: issued now if the cap allows, else queued. */
 static void uring_issue_async(struct uring_ioq *uq, struct uring_rq *rq)
 {
-	uint32_t bytes = rq->bio->bi_iter.bi_size;
-
-	if (uq->async_wait ||
-	    (uq->async_bytes && uq->async_bytes + bytes > URING_ASYNC_MAX_BYTES)) {
-		rq->next = NULL;
-		*uq->async_wait_tail = rq;
-		uq->async_wait_tail = &rq->next;
+	if (!uq->async_wait && uring_async_fits(uq, rq)) {
+		uring_issue_counted(uq, rq);
 		return;
 	}
-	rq->async_bytes = bytes;
-	uq->async_bytes += bytes;
-	uring_issue(uq, rq);
+	rq->next = NULL;
+	*uq->async_wait_tail = rq;
+	uq->async_wait_tail = &rq->next;
 }
 
 /* Room under the cap again: the waiting ones, in order. */
 static void uring_issue_async_waiting(struct uring_ioq *uq)
 {
-	while (uq->async_wait) {
+	while (uq->async_wait && uring_async_fits(uq, uq->async_wait)) {
 		struct uring_rq *rq = uq->async_wait;
-		uint32_t bytes = rq->bio->bi_iter.bi_size;
 
-		if (uq->async_bytes &&
-		    uq->async_bytes + bytes > URING_ASYNC_MAX_BYTES)
-			return;
 		uq->async_wait = rq->next;
 		if (!uq->async_wait)
 			uq->async_wait_tail = &uq->async_wait;
-		rq->async_bytes = bytes;
-		uq->async_bytes += bytes;
-		uring_issue(uq, rq);
+		uring_issue_counted(uq, rq);
 	}
 }
 
@@ -233,8 +238,7 @@ static void uring_submit(struct ioq *q, struct file_target *ft,
 	 * past the period's inline budget (ioq_set_inline_budget), or when
 	 * asked, they go to io_uring's async workers instead.
 	 */
-	rq->async = (bio_op(bio) == REQ_OP_READ ||
-		     bio_op(bio) == REQ_OP_WRITE) &&
+	rq->async = bio_has_data(bio) &&
 		    ((bio->bi_opf & REQ_ASYNC) ||
 		     !ioq_inline_now(q, bio->bi_iter.bi_size));
 	rq->syncing = false;

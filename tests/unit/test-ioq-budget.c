@@ -152,27 +152,15 @@ static int tmpfs_file(char *path, size_t size, int *fd_out)
 	return 0;
 }
 
-/* Write all of @len bytes at @off; returns 0 or -errno (-EIO if short). */
-static int pwrite_all(int fd, const void *p, size_t len, off_t off)
+/*
+ * Read (or @write) all of @len bytes at @off; returns 0 or -errno (-EIO
+ * if the file ends first).
+ */
+static int prw_all(bool write, int fd, void *p, size_t len, off_t off)
 {
 	while (len) {
-		ssize_t n = pwrite(fd, p, len, off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		p = (const uint8_t *)p + n;
-		len -= (size_t)n;
-		off += n;
-	}
-	return 0;
-}
-
-static int pread_all(int fd, void *p, size_t len, off_t off)
-{
-	while (len) {
-		ssize_t n = pread(fd, p, len, off);
+		ssize_t n = write ? pwrite(fd, p, len, off) :
+				    pread(fd, p, len, off);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -460,7 +448,7 @@ static void case_budget_writes(struct ctx *c)
 		       c->src + NR_BIG_WRITES * BIG, SMALL);
 
 	/* The last large write waits: its range still holds the old data. */
-	CHECK_EQ(pread_all(c->fd, now, BIG,
+	CHECK_EQ(prw_all(false, c->fd, now, BIG,
 			   (off_t)(WRITE_AREA + (NR_BIG_WRITES - 1) * BIG)),
 		 0);
 	CHECK(
@@ -475,7 +463,7 @@ static void case_budget_writes(struct ctx *c)
 	memcpy(c->img + WRITE_AREA, c->src, NR_BIG_WRITES * BIG);
 	memcpy(c->img + WRITE_AREA + 4 * MiB, c->src + NR_BIG_WRITES * BIG,
 	       SMALL);
-	CHECK_EQ(pread_all(c->fd, now, 4 * MiB + SMALL, (off_t)WRITE_AREA), 0);
+	CHECK_EQ(prw_all(false, c->fd, now, 4 * MiB + SMALL, (off_t)WRITE_AREA), 0);
 	CHECK(!memcmp(now, c->img + WRITE_AREA, 4 * MiB + SMALL));
 	printf("%s: budget %u KiB: %u writes of 64 KiB ended over %u reaps, "
 	       "all in the file\n",
@@ -694,7 +682,7 @@ int main(void)
 	for (unsigned int i = 0; i < 4; i++)
 		CHECK((c.aux[i] = malloc(BIG + 512)));
 	fill(c.img, 0, FILE_BYTES, 1);
-	CHECK_EQ(pwrite_all(c.fd, c.img, FILE_BYTES, 0), 0);
+	CHECK_EQ(prw_all(true, c.fd, c.img, FILE_BYTES, 0), 0);
 	CHECK_EQ(file_target_open(&c.t, path, NULL), 0);
 	/* Both descriptors keep the file; an abort leaves nothing behind. */
 	CHECK_EQ(unlink(path), 0);
