@@ -190,10 +190,43 @@ static bool memory_backed(int fd)
 	return sfs.f_type == TMPFS_MAGIC_ || sfs.f_type == RAMFS_MAGIC_;
 }
 
+/*
+ * Only memory-backed files: sendfile from a file on a disk would block the
+ * caller's event loop on the disk whenever the page is not cached.
+ */
+static int file_iomap(struct target *t, uint64_t off, uint64_t len,
+		      unsigned int flags, struct target_iomap *m)
+{
+	struct file_target *ft = to_file_target(t);
+	off_t data;
+
+	if (!ft->inline_io)
+		return -EOPNOTSUPP;
+	*m = (struct target_iomap){ .fd = ft->fd, .file_offset = off,
+				    .length = len };
+	if (!(flags & TARGET_IOMAP_HOLE))
+		return 0;
+	/*
+	 * One lseek, and only SEEK_DATA: it stops at the first page with
+	 * data, where SEEK_HOLE from inside data walks the file's pages up
+	 * to the next hole, however far.  ENXIO: no data from @off to EOF.
+	 */
+	data = lseek(ft->fd, (off_t)off, SEEK_DATA);
+	if (data < 0 && errno == ENXIO)
+		m->hole = true;
+	else if (data > (off_t)off) {
+		m->hole = true;
+		if ((uint64_t)data - off < len)
+			m->length = (uint64_t)data - off;
+	}
+	return 0;
+}
+
 static const struct target_ops file_target_ops = {
 	.submit = file_submit,
 	.destroy = file_destroy,
 	.unplug = file_unplug,
+	.iomap = file_iomap,
 };
 
 int file_target_open(struct target **out, const char *path,

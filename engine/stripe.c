@@ -22,6 +22,7 @@
 struct stripe_target {
 	struct target t;
 	struct stripe_geom g;
+	bool iomap; /* every member answers target_iomap() */
 	struct target *members[];
 };
 
@@ -186,10 +187,36 @@ static void stripe_destroy(struct target *t)
 	free(st);
 }
 
+/* The piece up to the next chunk boundary, as its member has it. */
+static int stripe_iomap(struct target *t, uint64_t off, uint64_t len,
+			unsigned int flags, struct target_iomap *m)
+{
+	struct stripe_target *st = to_stripe(t);
+	struct stripe_piece p;
+
+	if (!st->iomap)
+		return -EOPNOTSUPP;
+	stripe_map(&st->g, off, len, &p);
+	return target_iomap(st->members[p.member], p.member_offset, p.length,
+			    flags, m);
+}
+
 static const struct target_ops stripe_target_ops = {
 	.submit = stripe_submit,
 	.destroy = stripe_destroy,
+	.iomap = stripe_iomap,
 };
+
+/* Members say once whether they ever answer (target_iomap's promise). */
+static bool members_iomap(struct target **members, unsigned int nr)
+{
+	struct target_iomap m;
+
+	for (unsigned int i = 0; i < nr; i++)
+		if (target_iomap(members[i], 0, 1, 0, &m))
+			return false;
+	return true;
+}
 
 int stripe_target_create(struct target **out, struct target **members,
 			 unsigned int nr, uint64_t chunk_bytes,
@@ -228,6 +255,7 @@ int stripe_target_create(struct target **out, struct target **members,
 	st->t.ops = &stripe_target_ops;
 	st->t.size_bytes = size_bytes;
 	st->g = g;
+	st->iomap = members_iomap(members, nr);
 	memcpy(st->members, members, nr * sizeof(members[0]));
 	*out = &st->t;
 	return 0;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * target.c - submit_bio() with the one range check every target relies on,
- * submit_bio_wait(), the error-report hook, and plugging.
+ * submit_bio_wait(), target_iomap(), the error-report hook, and plugging.
  */
 #include <errno.h>
 
@@ -132,6 +132,16 @@ bool blk_plug_add(struct target *t, struct bio *bio)
 	plug->ent[plug->nr].bio = bio;
 	plug->nr++;
 	return true;
+}
+
+int target_iomap(struct target *t, uint64_t off, uint64_t len,
+		 unsigned int flags, struct target_iomap *m)
+{
+	if (!t->ops->iomap)
+		return -EOPNOTSUPP;
+	if (!len || off > t->size_bytes || len > t->size_bytes - off)
+		return -EINVAL;
+	return t->ops->iomap(t, off, len, flags, m);
 }
 
 void target_destroy(struct target *t)

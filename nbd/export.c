@@ -178,6 +178,7 @@ int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
 	for (i = 0; i < nr; i++, opened++) {
 		const struct conf_export *d = &defs[i];
 		struct nbdl_export *x = &v[i];
+		struct target_iomap m;
 
 		conf_export_volume(d, &vc);
 		vc.readonly |= readonly;
@@ -188,6 +189,7 @@ int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
 		}
 		pthread_mutex_init(&x->rmw_lock, NULL);
 		x->size_bytes = x->vol->size_bytes;
+		x->iomap = target_iomap(x->vol, 0, 1, 0, &m) == 0;
 		x->readonly = vc.readonly;
 		x->name = strdup(d->name);
 		x->description = d->description ? strdup(d->description) : NULL;

@@ -13,14 +13,18 @@
  * of memory.
  *
  * Writing: all replies a loop iteration produced for a connection leave in
- * one sendmsg, at the end of the iteration (conn_send_dirty).
+ * one sendmsg, at the end of the iteration (conn_send_dirty), up to a
+ * per-turn budget; the data of sendfile reads goes from the member files
+ * in between.
  *
  * Closing is deferred to conn_send_dirty too, so no caller up the stack is
  * ever left holding a freed connection.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -159,6 +163,16 @@ static void conn_hs_timeout_cb(struct ev_loop *loop, ev_timer *t,
 	conn_fail(container_of(t, struct conn, hs_timer));
 }
 
+static int sock_domain(int fd)
+{
+	int dom = -1;
+	socklen_t len = sizeof(dom);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len))
+		return -1;
+	return dom;
+}
+
 void conn_accept(struct worker *w, int fd)
 {
 	struct conn *c = calloc(1, sizeof(*c));
@@ -170,6 +184,7 @@ void conn_accept(struct worker *w, int fd)
 	}
 	c->w = w;
 	c->fd = fd;
+	c->unix_sock = sock_domain(fd) == AF_UNIX;
 	c->oq_tail = &c->oq_head;
 	ev_io_init(&c->rio, conn_read_cb, fd, EV_READ);
 	ev_io_init(&c->wio, conn_write_cb, fd, EV_WRITE);
@@ -423,6 +438,115 @@ static void conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 
 /* ---- transmission: sending replies ---- */
 
+/*
+ * The next iovec of @r, the head of the queue, is data still in the
+ * volume's files (a sendfile read, reply.c): send up to @budget bytes of
+ * it from there, piece by piece as the volume maps it.  Returns the bytes
+ * sent, or -errno (-EAGAIN: the socket is full) if none were.
+ */
+static ssize_t conn_sendfile(struct conn *c, struct nbd_req *r, size_t budget)
+{
+	static const uint8_t zeros[4096];
+	size_t left = r->iov[r->iov_idx].iov_len, done = 0;
+
+	if (left > budget)
+		left = budget;
+	while (done < left) {
+		struct target_iomap m;
+		ssize_t n;
+		off_t off;
+		int err;
+
+		err = target_iomap(c->exp->vol, r->fpos[r->iov_idx] + done,
+				   left - done, 0, &m);
+		if (err)
+			return done ? (ssize_t)done : err;
+		off = (off_t)m.file_offset;
+		n = sendfile(c->fd, m.fd, &off, m.length);
+		/* A member shrunk behind our back reads as zeros past its end. */
+		if (n == 0)
+			n = send(c->fd, zeros,
+				 m.length < sizeof(zeros) ? m.length :
+							    sizeof(zeros),
+				 MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EPIPE &&
+			    errno != ECONNRESET)
+				nbdl_log(NBDL_ERROR,
+					 "read reply at offset %" PRIu64
+					 ": sendfile: %s; closing the connection",
+					 r->fpos[r->iov_idx] + done,
+					 strerror(errno));
+			return done ? (ssize_t)done : -errno;
+		}
+		done += (size_t)n;
+		if ((size_t)n < m.length)
+			break; /* the socket is full */
+	}
+	return (ssize_t)done;
+}
+
+/*
+ * The first @sent bytes of the queue left: advance the iovecs and free
+ * the requests whose replies are complete.
+ */
+static void conn_sent(struct conn *c, size_t sent)
+{
+	while (sent) {
+		struct nbd_req *r = c->oq_head;
+		struct iovec *v = &r->iov[r->iov_idx];
+
+		if (sent < v->iov_len) {
+			if (v->iov_base)
+				v->iov_base = (uint8_t *)v->iov_base + sent;
+			else
+				r->fpos[r->iov_idx] += sent;
+			v->iov_len -= sent;
+			return;
+		}
+		sent -= v->iov_len;
+		if (++r->iov_idx == r->niov) {
+			c->oq_head = r->next;
+			if (!c->oq_head)
+				c->oq_tail = &c->oq_head;
+			req_free(r);
+		}
+	}
+}
+
+/*
+ * Gather the queue's iovecs from the head, up to @budget bytes and up to
+ * the first that stands for file data (*@file_next then).
+ */
+static unsigned int conn_gather(struct conn *c, struct iovec *iov,
+				size_t budget, bool *file_next)
+{
+	unsigned int n = 0;
+	size_t want = 0;
+
+	*file_next = false;
+	for (struct nbd_req *r = c->oq_head; r; r = r->next)
+		for (unsigned int i = r->iov_idx; i < r->niov; i++) {
+			if (n == SRV_SEND_IOVS || want == budget)
+				return n;
+			if (!r->iov[i].iov_base) {
+				*file_next = true;
+				return n;
+			}
+			iov[n] = r->iov[i];
+			if (iov[n].iov_len > budget - want)
+				iov[n].iov_len = budget - want;
+			want += iov[n++].iov_len;
+		}
+	return n;
+}
+
+/*
+ * Send queued replies, at most a turn's budget: memory in one sendmsg for
+ * as many iovecs as fit, file data (sendfile reads) by conn_sendfile.
+ */
 static void conn_send(struct conn *c)
 {
 	struct iovec iov[SRV_SEND_IOVS];
@@ -431,9 +555,9 @@ static void conn_send(struct conn *c)
 	if (c->olen)
 		return; /* handshake bytes first; the write watcher is on */
 	while (c->oq_head) {
+		struct nbd_req *head = c->oq_head;
 		struct msghdr msg = { .msg_iov = iov };
-		unsigned int n = 0;
-		size_t want = 0;
+		bool file_next;
 		ssize_t sent;
 
 		if (!budget) {
@@ -441,48 +565,28 @@ static void conn_send(struct conn *c)
 			ev_io_start(c->w->loop, &c->wio);
 			return;
 		}
-		/* At most the budget: the kernel would take up to sndbuf. */
-		for (struct nbd_req *r = c->oq_head;
-		     r && n < SRV_SEND_IOVS && want < budget; r = r->next)
-			for (unsigned int i = r->iov_idx;
-			     i < r->niov && n < SRV_SEND_IOVS && want < budget;
-			     i++) {
-				iov[n] = r->iov[i];
-				if (iov[n].iov_len > budget - want)
-					iov[n].iov_len = budget - want;
-				want += iov[n++].iov_len;
-			}
-		msg.msg_iovlen = n;
-		sent = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
-		if (sent > 0)
-			budget -= (size_t)sent;
+		if (!head->iov[head->iov_idx].iov_base) {
+			sent = conn_sendfile(c, head, budget);
+		} else {
+			/* At most the budget: the kernel would take up to sndbuf. */
+			msg.msg_iovlen = conn_gather(c, iov, budget, &file_next);
+			sent = sendmsg(c->fd, &msg,
+				       MSG_NOSIGNAL | (file_next ? MSG_MORE : 0));
+			if (sent < 0)
+				sent = -errno;
+		}
 		if (sent < 0) {
-			if (errno == EINTR)
+			if (sent == -EINTR)
 				continue;
-			if (errno == EAGAIN) {
+			if (sent == -EAGAIN) {
 				ev_io_start(c->w->loop, &c->wio);
 				return;
 			}
 			conn_fail(c);
 			return;
 		}
-		while (sent > 0) {
-			struct nbd_req *r = c->oq_head;
-			struct iovec *v = &r->iov[r->iov_idx];
-
-			if ((size_t)sent < v->iov_len) {
-				v->iov_base = (uint8_t *)v->iov_base + sent;
-				v->iov_len -= (size_t)sent;
-				break;
-			}
-			sent -= (ssize_t)v->iov_len;
-			if (++r->iov_idx == r->niov) {
-				c->oq_head = r->next;
-				if (!c->oq_head)
-					c->oq_tail = &c->oq_head;
-				req_free(r);
-			}
-		}
+		budget -= (size_t)sent < budget ? (size_t)sent : budget;
+		conn_sent(c, (size_t)sent);
 	}
 	ev_io_stop(c->w->loop, &c->wio);
 	conn_resume(c);

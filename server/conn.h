@@ -29,6 +29,7 @@ struct conn {
 	struct conn *dirty_next;
 	bool dirty;
 	int fd;
+	bool unix_sock; /* AF_UNIX: read replies may use sendfile */
 	ev_io rio, wio;
 	ev_timer hs_timer; /* handshake time limit */
 	enum conn_state state;

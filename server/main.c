@@ -69,12 +69,12 @@ static void usage(FILE *f)
 	      "              [--size SIZE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
 	      "              [--max-connections N] [--memory SIZE]\n"
-	      "              [--async-min SIZE] MEMBER...\n"
+	      "              [--async-min SIZE] [--sendfile-min SIZE] MEMBER...\n"
 	      "       bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-P PIDFILE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
 	      "              [--max-connections N] [--memory SIZE]\n"
-	      "              [--async-min SIZE] -c FILE.conf\n"
+	      "              [--async-min SIZE] [--sendfile-min SIZE] -c FILE.conf\n"
 	      "\n"
 	      "Serve a RAID-0 volume striped over MEMBER files (or the exports of\n"
 	      "FILE.conf) over NBD.  Listens on 127.0.0.1:10809 unless -U, -i or\n"
@@ -105,6 +105,9 @@ static void usage(FILE *f)
 	      "      --async-min SIZE   copy the data of requests this large on\n"
 	      "                         other threads, not the worker (default\n"
 	      "                         1M with 8 CPUs or more, else 0 = never)\n"
+	      "      --sendfile-min SIZE  send reads this large on unix sockets\n"
+	      "                         with sendfile(2) from tmpfs/ramfs members\n"
+	      "                         (default 64K, 0 = never)\n"
 	      "  -h, --help             this text\n"
 	      "  -V, --version          print the version\n",
 	      f);
@@ -153,6 +156,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "max-connections", required_argument, NULL, 'M' },
 		{ "memory", required_argument, NULL, 'm' },
 		{ "async-min", required_argument, NULL, 'A' },
+		{ "sendfile-min", required_argument, NULL, 'F' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -185,6 +189,9 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 			break;
 		case 'm': add_setting(cl, "--memory", "memory", optarg); break;
 		case 'A': add_setting(cl, "--async-min", "async-min", optarg); break;
+		case 'F':
+			add_setting(cl, "--sendfile-min", "sendfile-min", optarg);
+			break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("bionbd %s\n", BIONBD_VERSION); exit(0);
 		default: usage(stderr); exit(1);
@@ -419,6 +426,8 @@ int main(int argc, char **argv)
 		srv.async_min = o.async_min;
 	else if (ncpu >= SRV_AUTO_ASYNC_CPUS)
 		srv.async_min = SRV_AUTO_ASYNC_MIN;
+	srv.sendfile_min = o.sendfile_min_set ? o.sendfile_min :
+						SRV_DEFAULT_SENDFILE_MIN;
 
 	signal(SIGPIPE, SIG_IGN);
 	nbdl_log_to_stderr("bionbd");

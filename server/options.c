@@ -47,6 +47,20 @@ static const struct uint_key {
 	  offsetof(struct srv_options, max_conns) },
 };
 
+/* Request sizes, up to the largest request. */
+static const struct size_key {
+	const char *key;
+	const char *zero; /* what 0 means */
+	size_t offset, set_offset; /* uint32_t value, bool "given" */
+} size_keys[] = {
+	{ "async-min", "copy everything on the worker",
+	  offsetof(struct srv_options, async_min),
+	  offsetof(struct srv_options, async_min_set) },
+	{ "sendfile-min", "never",
+	  offsetof(struct srv_options, sendfile_min),
+	  offsetof(struct srv_options, sendfile_min_set) },
+};
+
 int srv_option_set(struct srv_options *o, const char *key, const char *value,
 		   char *why, size_t whylen)
 {
@@ -101,22 +115,25 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 		o->memory_set = true;
 		return 0;
 	}
-	if (!strcmp(key, "async-min")) {
+	for (size_t i = 0; i < sizeof(size_keys) / sizeof(size_keys[0]); i++) {
+		const struct size_key *k = &size_keys[i];
 		uint64_t v;
 
+		if (strcmp(key, k->key))
+			continue;
 		if (parse_size(value, &v) || v > NBDL_MAX_PAYLOAD) {
 			snprintf(why, whylen,
-				 "expected a size up to 32M (e.g. 256K; 0 = "
-				 "copy everything on the worker)");
+				 "expected a size up to 32M (e.g. 256K; 0 = %s)",
+				 k->zero);
 			return -EINVAL;
 		}
-		o->async_min = (uint32_t)v;
-		o->async_min_set = true;
+		*(uint32_t *)((char *)o + k->offset) = (uint32_t)v;
+		*(bool *)((char *)o + k->set_offset) = true;
 		return 0;
 	}
 	snprintf(why, whylen,
 		 "unknown key (server keys: listen, port, socket, threads, "
 		 "backend, poll-us, handshake-timeout, max-connections, "
-		 "memory, async-min)");
+		 "memory, async-min, sendfile-min)");
 	return -ENOENT;
 }

@@ -36,6 +36,13 @@
  */
 #define SRV_AUTO_ASYNC_MIN (1u << 20)
 #define SRV_AUTO_ASYNC_CPUS 8
+/*
+ * Read replies this large on unix sockets go from memory-backed members to
+ * the socket with sendfile(2): from 64 KiB up it costs the worker a third
+ * to a half of the CPU per byte of reading into a buffer and sending that
+ * (bench/splice-bench.c); below, and over TCP, it gains nothing.
+ */
+#define SRV_DEFAULT_SENDFILE_MIN (64u << 10)
 
 struct srv_options {
 	char *listen; /* address; NULL = not given */
@@ -49,13 +56,15 @@ struct srv_options {
 	unsigned int max_conns;
 	uint32_t async_min; /* bytes; 0 = every copy on the worker */
 	bool async_min_set; /* else chosen by the CPU count */
+	uint32_t sendfile_min; /* bytes; 0 = never sendfile */
+	bool sendfile_min_set; /* else SRV_DEFAULT_SENDFILE_MIN */
 	uint64_t memory_bytes; /* buffer cache budget; see memory_set */
 	bool memory_set; /* else derived from the worker count */
 };
 
 /*
  * Defaults: nothing given, backend io_uring, poll-us 200, handshake-timeout
- * 10, max-connections 1024, async-min by the CPU count.
+ * 10, max-connections 1024, async-min by the CPU count, sendfile-min 64K.
  */
 void srv_options_init(struct srv_options *o);
 
@@ -64,7 +73,8 @@ void srv_options_release(struct srv_options *o);
 /**
  * srv_option_set - apply one setting: "listen", "port", "socket",
  *                  "threads", "backend", "poll-us", "handshake-timeout",
- *                  "max-connections", "memory", "async-min"
+ *                  "max-connections", "memory", "async-min",
+ *                  "sendfile-min"
  * @why: on -EINVAL, what is wrong with @value (callers name the key or
  *       flag, and the file and line)
  *

@@ -2,7 +2,8 @@
 /*
  * reply.c - the reply to a finished (or refused) request: header and data
  * iovecs that point at the request's own buffer, so a read's data is never
- * copied, queued in order on the connection for its next send.
+ * copied, queued in order on the connection for its next send.  A sendfile
+ * read's data iovec stands for the volume range that conn.c sends.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,107 @@ static void reply_read_structured(struct nbd_req *r)
 	}
 }
 
+/* Stripe pieces of a sendfile read looked at for holes (one lseek each). */
+#define REPLY_HOLE_PROBES 64
+
+struct read_run {
+	uint32_t off, len;
+	bool hole;
+};
+
+/* Add @len bytes at @off to the runs; false when that needs one too many. */
+static bool run_add(struct read_run *run, unsigned int *nr, uint32_t off,
+		    uint32_t len, bool hole)
+{
+	if (*nr && run[*nr - 1].hole == hole) {
+		run[*nr - 1].len += len;
+		return true;
+	}
+	if (*nr == SRV_READ_CHUNKS)
+		return false;
+	run[(*nr)++] = (struct read_run){ off, len, hole };
+	return true;
+}
+
+/*
+ * The data and hole runs of a sendfile read, from the members: one lseek
+ * per stripe piece (target_iomap) says whether the piece starts with a
+ * hole and where its data starts; the rest of a piece with data counts as
+ * data, zeros or not, which the spec allows (the data never reaches user
+ * space to be looked at).  Past REPLY_HOLE_PROBES pieces, the rest is data
+ * too, so a huge read costs a bounded number of lookups.
+ */
+static unsigned int sendfile_runs(struct nbd_req *r, struct read_run *run)
+{
+	struct target *vol = r->c->exp->vol;
+	struct target_iomap m;
+	unsigned int nr = 0;
+	uint32_t pos = 0;
+
+	if (r->flags & NBD_CMD_FLAG_DF)
+		goto rest;
+	for (unsigned int i = 0; i < REPLY_HOLE_PROBES && pos < r->len; i++) {
+		if (target_iomap(vol, r->offset + pos, r->len - pos,
+				 TARGET_IOMAP_HOLE, &m))
+			break;
+		if (!run_add(run, &nr, pos, (uint32_t)m.length, m.hole))
+			goto too_many;
+		pos += (uint32_t)m.length;
+	}
+rest:
+	if (pos == r->len || run_add(run, &nr, pos, r->len - pos, false))
+		return nr;
+too_many:
+	run[0] = (struct read_run){ 0, r->len, false };
+	return 1;
+}
+
+/*
+ * A read whose data the connection sends from the member files: each data
+ * iovec has no base and starts at volume offset ->fpos[i] (see struct
+ * nbd_req).  Structured, the holes the members have are hole chunks.
+ */
+static void reply_read_sendfile(struct nbd_req *r)
+{
+	struct read_run run[SRV_READ_CHUNKS];
+	unsigned int nr, i;
+	uint8_t *h = r->hdr, *p;
+
+	if (!r->c->opts.structured) {
+		reply_simple(r, false);
+		r->fpos[r->niov] = r->offset;
+		r->iov[r->niov++] = (struct iovec){ NULL, r->len };
+		return;
+	}
+	nr = sendfile_runs(r, run);
+	r->niov = 0;
+	for (i = 0; i < nr; i++) {
+		uint16_t fl = i + 1 == nr ? NBD_REPLY_FLAG_DONE : 0;
+		uint64_t off = r->offset + run[i].off;
+
+		if (run[i].hole) {
+			p = chunk_hdr(r, h, fl, NBD_REPLY_TYPE_OFFSET_HOLE,
+				      CHUNK_OFFSET_HOLE_BYTES);
+			put64(p, off);
+			put32(p + 8, run[i].len);
+			r->iov[r->niov++] = (struct iovec){
+				h, NBD_CHUNK_HDR_BYTES + CHUNK_OFFSET_HOLE_BYTES
+			};
+			h += NBD_CHUNK_HDR_BYTES + CHUNK_OFFSET_HOLE_BYTES;
+			continue;
+		}
+		p = chunk_hdr(r, h, fl, NBD_REPLY_TYPE_OFFSET_DATA,
+			      CHUNK_OFFSET_DATA_BYTES + run[i].len);
+		put64(p, off);
+		r->iov[r->niov++] = (struct iovec){
+			h, NBD_CHUNK_HDR_BYTES + CHUNK_OFFSET_DATA_BYTES
+		};
+		h += NBD_CHUNK_HDR_BYTES + CHUNK_OFFSET_DATA_BYTES;
+		r->fpos[r->niov] = off;
+		r->iov[r->niov++] = (struct iovec){ NULL, run[i].len };
+	}
+}
+
 /* r->ext is the NBD layer's finished answer: from r->offset, no gaps. */
 static void reply_block_status(struct nbd_req *r)
 {
@@ -157,7 +259,9 @@ void reply_queue(struct nbd_req *r)
 	struct conn *c = r->c;
 
 	if (r->type == NBD_CMD_READ) {
-		if (!c->opts.structured)
+		if (r->sendfile && !r->err)
+			reply_read_sendfile(r);
+		else if (!c->opts.structured)
 			reply_simple(r, true);
 		else if (r->err)
 			reply_error_chunk(r);

@@ -31,11 +31,18 @@ struct nbd_req {
 	void *buf; /* payload, from the worker's buffer cache */
 	unsigned int buf_class;
 	uint32_t have; /* payload bytes received so far */
+	/*
+	 * A read answered with sendfile (no ->buf): each data iovec of its
+	 * reply has a NULL base, and conn.c sends that many bytes of the
+	 * volume from ->fpos[that iovec's index] on, from the member files.
+	 */
+	bool sendfile;
 	struct bio_extents ext; /* block status answer */
 	uint8_t *desc; /* block status payload (malloc) */
 	/* reply, as sent */
 	unsigned int niov, iov_idx;
 	struct iovec iov[REQ_IOVS];
+	uint64_t fpos[REQ_IOVS];
 	uint8_t hdr[REQ_HDR_BYTES];
 };
 

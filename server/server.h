@@ -78,6 +78,7 @@ struct server {
 	double handshake_s; /* drop clients still negotiating then; 0 = never */
 	unsigned int max_conns;
 	uint32_t async_min; /* requests this large: REQ_ASYNC; 0 = none */
+	uint32_t sendfile_min; /* unix read replies this large; 0 = none */
 	atomic_uint nr_conns; /* accepted and not yet closed, all workers */
 	struct buf_pool bufs; /* the budget of every worker's buffer cache */
 	atomic_bool stopping;

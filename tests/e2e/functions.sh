@@ -179,6 +179,24 @@ mount_tmpfs() {
     _cleanup_mounts+=("$1")
 }
 
+# fstype PATH: the file system type of PATH, as stat -f names it (tmpfs,
+# ramfs, ext2/ext3, xfs ...).
+fstype() { stat -f -c %T "$1"; }
+
+# make_shmdir SIZE: a directory on tmpfs in $shm (removed at exit), for
+# memory-backed members: one under /dev/shm when that is a tmpfs, else a
+# tmpfs of SIZE mounted in $tmp (which needs root).
+make_shmdir() {
+    if [[ $(fstype /dev/shm 2>/dev/null) == tmpfs ]]; then
+        shm=$(mktemp -d "/dev/shm/$test_name.XXXXXX")
+        on_exit "rm -rf '$shm'"
+    else
+        requires_mount
+        mount_tmpfs "$tmp/shm" "$1"
+        shm=$tmp/shm
+    fi
+}
+
 # mount_nbdfuse DIR CMD [ARGS...]: serve "nbdkit -s ..." (or any NBD server
 # speaking on stdin/stdout) as the file DIR/nbd; waits until it is ready.
 # Unmounted at exit, which also ends nbdfuse and the server.  Their output
@@ -298,13 +316,15 @@ stripe_member() {
 #                            its runtime (nbdkit) is installed (else skip)
 #   start_server [-r] [--stripe-size S] [--size S] [--backend B]
 #                [--conf FILE] [--export NAME] [--threads N]
-#                [--async-min SIZE] [--] [MEMBER...]
+#                [--async-min SIZE] [--sendfile-min SIZE] [--]
+#                [MEMBER...]
 #                            serve on a unix socket in $tmp, in the
 #                            background (stopped at exit); returns once it
 #                            accepts connections.  Sets NBD_SOCK, NBD_URI,
 #                            SERVER_PID, SERVER_LOG (its stderr).
-#                            --async-min is bionbd's alone (the plugin
-#                            copies on nbdkit's threads anyway).
+#                            --async-min and --sendfile-min are bionbd's
+#                            alone (the plugin copies on nbdkit's threads,
+#                            and nbdkit owns the socket).
 #   stop_server              TERM by PID and wait, so a test can restart it
 #   server_must_fail OPTS... same options; the server must exit non-zero
 #                            without serving; its output in $SERVER_ERR
@@ -356,7 +376,7 @@ nbd_uri() {
 # in the array _cmd.
 _server_cmd() {
     local sock=$1 pidfile=$2 ro='' chunk='' size='' be='' conf='' export='' arg
-    local threads='' async=''
+    local threads='' async='' sendfile=''
     shift 2
     local mem=()
     while [[ $# -gt 0 ]]; do
@@ -369,6 +389,7 @@ _server_cmd() {
         --export) export=$2; shift ;;
         --threads) threads=$2; shift ;;
         --async-min) async=$2; shift ;;
+        --sendfile-min) sendfile=$2; shift ;;
         --) shift; mem+=("$@"); break ;;
         -*) die "start_server: unknown option $1" ;;
         *) mem+=("$1") ;;
@@ -398,6 +419,7 @@ _server_cmd() {
         [[ -z $conf ]] || _cmd+=(-c "$conf")
         [[ -z $export ]] || _cmd+=(-e "$export")
         [[ -z $async ]] || _cmd+=(--async-min "$async")
+        [[ -z $sendfile ]] || _cmd+=(--sendfile-min "$sendfile")
         _cmd+=("${mem[@]}")
         ;;
     esac

@@ -201,6 +201,33 @@ read_chunks(h, 1536, R + 512)  # shorter than a page
 check(bad.pread(4 * K, R, FUA) == model[R:R + 4 * K], "read + FUA")
 log("ok READ structured: data and hole chunks, DF one chunk")
 
+# ---- READ paths: copied through a buffer, or sent from tmpfs members
+# with sendfile (READ_PATH says which the server must take).  Written
+# zeroes tell them apart: a copy finds them and sends a hole chunk, sendfile
+# never looks at the data and sends them as the data the members hold.
+ZR = 42 * M
+write(h, bytes(128 * K), ZR)
+write(h, rand(4 * K), ZR + 128 * K)
+ch = read_chunks(h, 132 * K, ZR)
+kinds = [s for _, _, s in ch]
+if os.environ["READ_PATH"] == "copy":
+    check(kinds[0] == nbd.READ_HOLE, f"copied read of written zeroes: {ch}")
+else:
+    check(kinds == [nbd.READ_DATA], f"sendfile read of written zeroes: {ch}")
+# Simple replies (no structured reply negotiated), both paths: the whole
+# written area, the edges of data and holes, a maximum-size read.
+simple = nbd.NBD()
+simple.set_request_structured_replies(False)
+simple.connect_uri(os.environ["NBD_URI"])
+check(not simple.get_structured_replies_negotiated(), "structured replies")
+for off, length in ((R, 256 * K), (ZR - 4 * K, 136 * K), (R + 1536, 8 * K),
+                    (0, 32 * M), (size - 64 * K, 64 * K)):
+    check(simple.pread(length, off) == model[off:off + length],
+          f"simple-reply read {off}+{length}: wrong data")
+simple.shutdown()
+log(f"ok READ path {os.environ['READ_PATH']}: written zeroes as "
+    f"{'hole' if kinds[0] == nbd.READ_HOLE else 'data'}, simple replies")
+
 # ---- TRIM: the members get holes
 T, TL = 20 * chunk * n, 2 * chunk * n  # 2 chunks on every member
 write(h, rand(TL + 2 * chunk), T - chunk)  # data on both sides stays

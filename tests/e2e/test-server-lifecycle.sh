@@ -227,6 +227,7 @@ refuse 'io_uring_not' --backend io_uring_not "$c/a.img"
 refuse '-t' -t 0 "$c/a.img"
 refuse 'poll-us.*100001' --poll-us 100001 "$c/a.img"
 refuse 'poll-us.*-5' --poll-us -5 "$c/a.img"
+refuse 'sendfile-min.*33M' --sendfile-min 33M "$c/a.img"
 refuse 'exportname|-e|config' -c "$c/none.conf" -e foo
 conf poll <<'EOF'
 [server]

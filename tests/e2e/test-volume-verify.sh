@@ -4,7 +4,8 @@
 # $BACKENDS, with the members on tmpfs (memory-backed: the plugin copies
 # every request on the calling thread; bionbd, run with --async-min 1M,
 # copies smaller ones on its worker a budget per loop turn and hands larger
-# ones to the backend) and on a disk file system (io_uring, with IOSQE_ASYNC
+# ones to the backend, and sends reads from 64K up with sendfile, or with
+# --sendfile-min 0 copies them too) and on a disk file system (io_uring, with IOSQE_ASYNC
 # from 1M, or the thread pool), fio (ioengine=nbd, crc32c,
 # verify_fatal) writes random data to a 4-member volume with 64K stripes
 # over 4 connections, each job on its own 48 MiB region: random 4K-aligned
@@ -14,8 +15,9 @@
 # reads the four 32 MiB blocks back at queue depth 4 and verifies them.
 # fio's per-request logs must show 1 MiB and 32 MiB requests written and
 # read, and every byte written read back.  The server is then restarted on
-# the same member files and the workload verified again without writing
-# (the members must stay untouched); and some 300 ranges read through NBD
+# the same member files (bionbd: --sendfile-min 0) and the workload
+# verified again without writing (the members must stay untouched); after
+# each of the two runs, some 300 ranges read through NBD
 # (random ones, ones across chunk and member-row boundaries, the ends and
 # insides of the 32 MiB blocks, one whole 32 MiB block) must equal what the
 # member files hold where the layout rule puts them (chunk k on member
@@ -43,7 +45,6 @@ SIZE=$((NJOBS * REGION)) # 192 MiB: 4 members of 48 MiB
 FIO_SEED=${FIO_SEED:-4242}
 SEED=${SEED:-$RANDOM}
 
-fstype() { stat -f -c %T "$1"; }
 # clock: now in microseconds; since T0: the time since then, as "1.2 s".
 clock() { echo "${EPOCHREALTIME/[.,]/}"; }
 since() {
@@ -51,15 +52,7 @@ since() {
     printf '%d.%d s' $((d / 1000000)) $((d / 100000 % 10))
 }
 
-# Members on tmpfs: /dev/shm when it is one, else a mount of ours.
-if [[ $(fstype /dev/shm 2>/dev/null) == tmpfs ]]; then
-    shm=$(mktemp -d "/dev/shm/$test_name.XXXXXX")
-    on_exit "rm -rf '$shm'"
-else
-    requires_mount
-    mount_tmpfs "$tmp/shm" $((SIZE / M + 16))M
-    shm=$tmp/shm
-fi
+make_shmdir $((SIZE / M + 16))M
 # ... and on a disk file system: $tmp, /var/tmp or the build tree, the
 # first that is neither tmpfs nor ramfs.
 disk=
@@ -270,11 +263,14 @@ for fs in tmpfs disk; do
         start_server --backend "$be" --async-min 1M --stripe-size $CHUNK \
             --size $SIZE "${members[@]}"
         run_fio "$be/$fs: write + verify" "$NJOBS"
+        check_layout
         stop_server
 
-        # Reopen the volume from the member files: all still there.
-        start_server --backend "$be" --async-min 1M --stripe-size $CHUNK \
-            "${members[@]}"
+        # Reopen the volume from the member files: all still there.  On
+        # tmpfs, bionbd's reads from 64K up went out with sendfile so far;
+        # now they are copied through buffers.
+        start_server --backend "$be" --async-min 1M --sendfile-min 0 \
+            --stripe-size $CHUNK "${members[@]}"
         mtimes=$(stat -c %y "${members[@]}")
         run_fio "$be/$fs: verify only, reopened" 0 \
             --verify_only --section=mixed --section=big

@@ -118,6 +118,17 @@ int main(void)
 	CHECK_EQ(set(&o, "async-min", "1.5M"), -EINVAL);
 	CHECK_EQ(o.async_min, 32u << 20);
 
+	CHECK(!o.sendfile_min_set);
+	CHECK_EQ(set(&o, "sendfile-min", "64K"), 0);
+	CHECK(o.sendfile_min_set);
+	CHECK_EQ(o.sendfile_min, 64u << 10);
+	CHECK_EQ(set(&o, "sendfile-min", "0"), 0); /* never */
+	CHECK_EQ(o.sendfile_min, 0);
+	CHECK_EQ(set(&o, "sendfile-min", "40M"), -EINVAL);
+	CHECK(strstr(why, "0 = never"));
+	CHECK_EQ(o.sendfile_min, 0);
+	CHECK_EQ(o.async_min, 32u << 20); /* its own field */
+
 	CHECK_EQ(set(&o, "listen_addr", "x"), -ENOENT);
 	CHECK(strstr(why, "unknown key"));
 

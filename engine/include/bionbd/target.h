@@ -18,6 +18,17 @@
 
 struct target;
 
+/* Where a range of a target lies: the answer of target_iomap(). */
+struct target_iomap {
+	int fd; /* a file the caller may read (never close) */
+	uint64_t file_offset;
+	uint64_t length; /* bytes from the range's start, > 0, <= its length */
+	bool hole; /* TARGET_IOMAP_HOLE asked: all of @length reads as zeros */
+};
+
+/* target_iomap flags */
+#define TARGET_IOMAP_HOLE 1u /* tell a hole at the start from data */
+
 /*
  * Never reorder: targets outside the engine may fill this in by position.
  * All callbacks run on the submitting thread.
@@ -38,6 +49,13 @@ struct target_ops {
 	 * go down as one I/O.  Only targets that call blk_plug_add need it.
 	 */
 	void (*unplug)(struct target *t, struct bio **bios, unsigned int nr);
+	/*
+	 * Optional.  Where the bytes at @off (in range, @len > 0) lie, for a
+	 * caller that moves them itself (sendfile): see target_iomap().
+	 * -EOPNOTSUPP if @t never answers, whatever the range.
+	 */
+	int (*iomap)(struct target *t, uint64_t off, uint64_t len,
+		     unsigned int flags, struct target_iomap *m);
 };
 
 struct target {
@@ -92,6 +110,27 @@ void blk_finish_plug(struct blk_plug *plug);
  * thread's active plug.  False when there is none: submit it now.
  */
 bool blk_plug_add(struct target *t, struct bio *bio);
+
+/**
+ * target_iomap - where the first bytes of [@off, @off + @len) of @t lie
+ *
+ * For a front end that hands the data of a read to the kernel itself
+ * (sendfile from the file to the socket) instead of submitting a bio: @m
+ * gets the file, the offset in it, and how many bytes from @off lie there
+ * back to back.  Reading past the file's current end gives no bytes
+ * (sendfile returns 0): the range reads as zeros, as a bio's would.
+ *
+ * Only targets whose data is in memory answer (members on tmpfs or ramfs):
+ * reading them never waits for storage, so the caller may do it on its
+ * event loop, and never fails but for a file shrunk behind the server's
+ * back.  With TARGET_IOMAP_HOLE, a range that starts in a hole says so
+ * (@m->hole, @m->length the hole's part); data is not looked into.
+ *
+ * Returns 0, -EINVAL (out of range or @len 0) or -EOPNOTSUPP, which @t
+ * gives for every range if it gives it for one.
+ */
+int target_iomap(struct target *t, uint64_t off, uint64_t len,
+		 unsigned int flags, struct target_iomap *m);
 
 /** target_destroy - free a target and everything below it. */
 void target_destroy(struct target *t);

@@ -62,6 +62,7 @@ struct nbdl_export {
 	struct target *vol;
 	uint64_t size_bytes;
 	bool readonly;
+	bool iomap; /* target_iomap() answers for vol: reads may be sendfile'd */
 	/* Serialises read-modify-writes of partial sectors (see the top). */
 	pthread_mutex_t rmw_lock;
 };
