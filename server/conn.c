@@ -341,7 +341,7 @@ static void tx_parse(struct conn *c, const uint8_t *p, size_t n)
 static void tx_read(struct conn *c)
 {
 	struct worker *w = c->w;
-	size_t budget = SRV_TURN_RECV_BYTES;
+	size_t budget = worker_turn_bytes(w, c, SRV_TURN_RECV_BYTES);
 
 	while (!c->paused && !c->dead) {
 		struct nbd_req *r = c->rx;

@@ -106,6 +106,9 @@ int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
 	r->len = get32(h + REQ_LEN);
 	r->err = nbdl_req_check(c->exp, &c->opts, r->type, r->flags, r->offset,
 				r->len);
+	if ((r->type != NBD_CMD_READ && r->type != NBD_CMD_WRITE) ||
+	    r->len <= SRV_SMALL_REQ_BYTES)
+		worker_small_seen(c->w, c);
 	if (r->type == NBD_CMD_WRITE) {
 		/* The payload comes whether or not the request is valid. */
 		if (r->len > NBDL_MAX_PAYLOAD) {

@@ -50,14 +50,22 @@
  * (2 CPUs): 4 MiB (before) let a 1 MiB read stream hold a 4 KiB client
  * for 1.8 ms at p99; 256 KiB cut that to 0.3 ms but cost 1 MiB streams up
  * to a third of their throughput; 512 KiB keeps them and gives 0.5 ms.
+ * So the bounds shrink to SRV_TURN_SMALL_BYTES only while a small request
+ * (SRV_SMALL_REQ_BYTES or less) came from another connection within the
+ * last SRV_SMALL_WINDOW_S: streams alone, or beside other streams, keep
+ * the large ones (worker_turn_bytes).
  */
 #define SRV_TURN_RECV_BYTES (512u << 10)
 #define SRV_TURN_SEND_BYTES (512u << 10)
+#define SRV_TURN_SMALL_BYTES (128u << 10)
+#define SRV_SMALL_REQ_BYTES (16u << 10)
+#define SRV_SMALL_WINDOW_S 0.01
 #define SRV_SEND_IOVS 256u /* iovecs in one sendmsg */
 /*
  * Bytes of member copies a worker does itself per loop turn, for all its
  * connections, before larger ones wait for the next turn (tmpfs) or go to
- * io_uring's async workers (ioq_set_inline_budget); same measurements.
+ * io_uring's async workers (ioq_set_inline_budget); same measurements,
+ * and the same SRV_TURN_SMALL_BYTES while small requests come.
  */
 #define SRV_TURN_INLINE_BYTES (512u << 10)
 #define SRV_UNIX_SNDBUF (4 << 20) /* queued replies per unix socket */

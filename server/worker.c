@@ -20,9 +20,17 @@ static void worker_after_reap(struct ioq_ev *qev)
 {
 	struct worker *w = container_of(qev, struct worker, qev);
 
+	bool small = ev_now(w->loop) - w->small_at < SRV_SMALL_WINDOW_S;
+
 	if (w->dirty)
 		busypoll_replied(&w->poll, w->loop);
 	conn_send_dirty(w);
+	/* The next reap period's copies: small bites while small requests come. */
+	if (small != w->small_turns) {
+		w->small_turns = small;
+		ioq_set_inline_budget(w->q, small ? SRV_TURN_SMALL_BYTES :
+						    SRV_TURN_INLINE_BYTES);
+	}
 	if (w->bufs.cached_bytes > BUF_IDLE_KEEP_BYTES &&
 	    !ev_is_active(&w->trim))
 		ev_timer_again(w->loop, &w->trim);

@@ -42,11 +42,38 @@ struct worker {
 	ev_timer trim; /* gives cached buffers back once idle */
 	uint64_t trim_gets; /* bufs.gets at the last trim check */
 	struct busypoll poll;
+	/* The last small request: when, and whose (compared, never used). */
+	ev_tstamp small_at;
+	const struct conn *small_conn;
+	bool small_turns; /* the inline budget is the small one */
 
 	uint8_t *rbuf; /* shared receive buffer for request headers */
 	struct buf_cache bufs;
 	struct nbd_req *free_reqs;
 };
+
+/**
+ * worker_small_seen - @c sent a request of SRV_SMALL_REQ_BYTES or less:
+ * its neighbours' large transfers take small bites for a while.
+ */
+static inline void worker_small_seen(struct worker *w, const struct conn *c)
+{
+	w->small_at = ev_now(w->loop);
+	w->small_conn = c;
+}
+
+/**
+ * worker_turn_bytes - what @c may receive, or send, this loop turn: @large,
+ * or SRV_TURN_SMALL_BYTES while another connection sends small requests.
+ */
+static inline size_t worker_turn_bytes(const struct worker *w,
+				       const struct conn *c, size_t large)
+{
+	if (w->small_conn && w->small_conn != c &&
+	    ev_now(w->loop) - w->small_at < SRV_SMALL_WINDOW_S)
+		return SRV_TURN_SMALL_BYTES;
+	return large;
+}
 
 /** worker_init - set up @w (loop, ioq, watchers); returns 0 or -errno. */
 int worker_init(struct worker *w, struct server *srv);
