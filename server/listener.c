@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * listener.c - listening sockets and accepting (listener.h).
+ * listener.c - listening sockets and accepting (listener.h): those we
+ * bind, and those a service manager hands over (socket activation).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -14,6 +16,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include <bionbd/config.h>
 
 #include "listener.h"
 #include "worker.h"
@@ -287,6 +291,67 @@ int listen_unix(const char *path, char *errbuf, size_t errlen)
 	}
 	unix_path_bound = strdup(path);
 	return add_listener(fd, false, errbuf, errlen);
+}
+
+/* The first descriptor a service manager passes (SD_LISTEN_FDS_START). */
+#define LISTEN_FDS_START 3
+
+/* Clear the activation variables, so that no child takes them for its own. */
+static void activation_unsetenv(void)
+{
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+}
+
+int listen_activated(char *errbuf, size_t errlen)
+{
+	const char *pid_s = getenv("LISTEN_PID"), *fds_s = getenv("LISTEN_FDS");
+	unsigned int pid, n;
+	int r;
+
+	if (!pid_s || !fds_s)
+		return 0;
+	/* Meant for another process (the one that exec'd us, say). */
+	if (conf_parse_uint(pid_s, 1, UINT32_MAX, &pid) ||
+	    (pid_t)pid != getpid())
+		return 0;
+	activation_unsetenv();
+	if (conf_parse_uint(fds_s, 1, MAX_LISTENERS, &n)) {
+		snprintf(errbuf, errlen,
+			 "socket activation: LISTEN_FDS=%s: expected 1..%d",
+			 fds_s, MAX_LISTENERS);
+		return -EINVAL;
+	}
+	for (unsigned int i = 0; i < n; i++) {
+		int fd = LISTEN_FDS_START + (int)i, type = 0, listening = 0;
+		int dom = AF_UNSPEC, fl;
+		socklen_t len = sizeof(int);
+
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) ||
+		    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening,
+			       &len) ||
+		    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) ||
+		    type != SOCK_STREAM || !listening) {
+			snprintf(errbuf, errlen,
+				 "socket activation: descriptor %d is not a "
+				 "listening stream socket",
+				 fd);
+			return -EINVAL;
+		}
+		fl = fcntl(fd, F_GETFL);
+		if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) ||
+		    fcntl(fd, F_SETFD, FD_CLOEXEC)) {
+			r = -errno;
+			snprintf(errbuf, errlen, "socket activation: fd %d: %s",
+				 fd, strerror(-r));
+			return r;
+		}
+		r = add_listener(fd, dom != AF_UNIX, errbuf, errlen);
+		if (r)
+			return r;
+	}
+	return (int)n;
 }
 
 void listeners_start(struct ev_loop *loop, struct server *srv)

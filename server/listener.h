@@ -22,6 +22,16 @@ int listen_tcp(const char *addr, const char *port, char *errbuf,
 int listen_unix(const char *path, char *errbuf, size_t errlen);
 
 /**
+ * listen_activated - take the listening sockets a service manager passed
+ * (systemd's protocol: LISTEN_PID is our pid, LISTEN_FDS sockets from
+ * descriptor 3 on; libnbd's "[ bionbd ... ]" does the same).  The
+ * variables are cleared, so a child never takes them for its own.
+ * Returns how many were taken (0: not socket-activated), or -errno with a
+ * one-line message.
+ */
+int listen_activated(char *errbuf, size_t errlen);
+
+/**
  * listen_unix_check - refuse early (before exports create members) when
  * @path is a socket a running server accepts on.  Returns 0 or -errno
  * with a one-line message.

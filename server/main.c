@@ -5,7 +5,8 @@
  *
  * SIGTERM/SIGINT stop accepting, let every worker answer what it has taken
  * (clients that stop reading are cut off after a grace period), flush
- * every export, and exit 0.
+ * every export, and exit 0.  So does the end of a --run command, with the
+ * command's exit status.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <bionbd/config.h>
@@ -22,6 +24,7 @@
 
 #include "listener.h"
 #include "options.h"
+#include "run.h"
 #include "server.h"
 #include "worker.h"
 
@@ -34,6 +37,8 @@ struct flag_setting {
 
 struct cmdline {
 	bool foreground;
+	bool exit_with_parent;
+	const char *run; /* --run CMD */
 	bool readonly;
 	const char *export_name;
 	const char *pidfile;
@@ -47,6 +52,8 @@ struct cmdline {
 };
 
 static struct server srv;
+static int exit_status; /* --run: the command's */
+static char *private_dir; /* --run with nowhere to listen: our socket's */
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -69,16 +76,19 @@ static void usage(FILE *f)
 	      "              [--size SIZE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
 	      "              [--max-connections N] [--memory SIZE]\n"
-	      "              [--async-min SIZE] [--sendfile-min SIZE] MEMBER...\n"
+	      "              [--async-min SIZE] [--sendfile-min SIZE]\n"
+	      "              [--run CMD] [--exit-with-parent] MEMBER...\n"
 	      "       bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-P PIDFILE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
 	      "              [--max-connections N] [--memory SIZE]\n"
-	      "              [--async-min SIZE] [--sendfile-min SIZE] -c FILE.conf\n"
+	      "              [--async-min SIZE] [--sendfile-min SIZE]\n"
+	      "              [--run CMD] [--exit-with-parent] -c FILE.conf\n"
 	      "\n"
 	      "Serve a RAID-0 volume striped over MEMBER files (or the exports of\n"
 	      "FILE.conf) over NBD.  Listens on 127.0.0.1:10809 unless -U, -i or\n"
-	      "-p say otherwise (-U alone: the unix socket only).\n"
+	      "-p say otherwise (-U alone: the unix socket only), or on the\n"
+	      "sockets a service manager passes (LISTEN_PID/LISTEN_FDS).\n"
 	      "\n"
 	      "  -f, --foreground       do not fork into the background\n"
 	      "  -U, --unix SOCK        listen on a unix socket\n"
@@ -108,6 +118,11 @@ static void usage(FILE *f)
 	      "      --sendfile-min SIZE  send reads this large on unix sockets\n"
 	      "                         with sendfile(2) from tmpfs/ramfs members\n"
 	      "                         (default 64K, 0 = never)\n"
+	      "      --run CMD          run CMD (with sh -c) once serving, $uri,\n"
+	      "                         $unixsocket, $port and $exportname set;\n"
+	      "                         exit when it does, with its status (with\n"
+	      "                         no -U, -i or -p: a private unix socket)\n"
+	      "      --exit-with-parent exit when the parent process does\n"
 	      "  -h, --help             this text\n"
 	      "  -V, --version          print the version\n",
 	      f);
@@ -157,6 +172,8 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "memory", required_argument, NULL, 'm' },
 		{ "async-min", required_argument, NULL, 'A' },
 		{ "sendfile-min", required_argument, NULL, 'F' },
+		{ "run", required_argument, NULL, 'R' },
+		{ "exit-with-parent", no_argument, NULL, 'X' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -192,6 +209,8 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		case 'F':
 			add_setting(cl, "--sendfile-min", "sendfile-min", optarg);
 			break;
+		case 'R': cl->run = optarg; break;
+		case 'X': cl->exit_with_parent = true; break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("bionbd %s\n", BIONBD_VERSION); exit(0);
 		default: usage(stderr); exit(1);
@@ -373,13 +392,59 @@ static void detach_stdio(int ready_fd)
 	close(ready_fd);
 }
 
-static void stop_cb(struct ev_loop *loop, ev_signal *s, int revents)
+static void server_stop(struct ev_loop *loop)
 {
-	atomic_store(&srv.stopping, true);
+	if (atomic_exchange(&srv.stopping, true))
+		return;
 	listeners_close(loop);
 	for (unsigned int i = 0; i < srv.nr_workers; i++)
 		worker_stop(&srv.workers[i]);
 	ev_break(loop, EVBREAK_ALL);
+}
+
+static void stop_cb(struct ev_loop *loop, ev_signal *s, int revents)
+{
+	server_stop(loop);
+}
+
+/* The --run command ended: so does the server, with its status. */
+static void run_done(struct ev_loop *loop, int status)
+{
+	exit_status = status;
+	server_stop(loop);
+}
+
+/*
+ * How we listen: sockets a service manager passed exclude our own; --run
+ * with nowhere to listen gets a unix socket in a private directory.
+ */
+static void listen_plan(struct srv_options *o, const struct cmdline *cl,
+			bool activated)
+{
+	if (activated && (o->socket || o->listen || o->port))
+		die("socket activation (LISTEN_FDS): -U, -i and -p (and the "
+		    "[server] socket, listen and port keys) cannot be used "
+		    "with it");
+	if (activated && cl->run)
+		die("--run: not with socket activation (LISTEN_FDS)");
+	if (!cl->run || o->socket || o->listen || o->port)
+		return;
+	private_dir = strdup("/tmp/bionbd-XXXXXX");
+	if (!private_dir || !mkdtemp(private_dir))
+		die("--run: private socket directory: %s", strerror(errno));
+	if (asprintf(&o->socket, "%s/socket", private_dir) < 0)
+		die("out of memory");
+}
+
+/* --exit-with-parent: SIGTERM when the parent goes (it may be gone). */
+static void exit_with_parent(void)
+{
+	pid_t parent = getppid();
+
+	if (prctl(PR_SET_PDEATHSIG, SIGTERM))
+		die("--exit-with-parent: %s", strerror(errno));
+	if (getppid() != parent)
+		exit(0);
 }
 
 int main(int argc, char **argv)
@@ -392,9 +457,18 @@ int main(int argc, char **argv)
 	sigset_t stopsigs;
 	char err[1024];
 	int ready_fd = -1, r;
+	bool activated;
 	long ncpu;
 
 	parse_args(argc, argv, &cl);
+	if (cl.exit_with_parent)
+		exit_with_parent();
+	r = listen_activated(err, sizeof(err));
+	if (r < 0)
+		die("%s", err);
+	activated = r > 0;
+	/* The captive, the activated and the parent's child stay ours. */
+	cl.foreground |= cl.run || cl.exit_with_parent || activated;
 	srv_options_init(&o);
 	if (cl.conf_path) {
 		if (cl.nr_members || cl.stripe_size || cl.size || cl.export_name)
@@ -403,6 +477,7 @@ int main(int argc, char **argv)
 		if (conf_load(&conf, cl.conf_path, err, sizeof(err)))
 			die("%s", err);
 		apply_settings(&o, conf, &cl);
+		listen_plan(&o, &cl, activated);
 		check_socket(&o);
 		if (nbdl_exports_open(&srv.exports, conf->exports,
 				      conf->nr_exports, cl.readonly, conf->path,
@@ -411,6 +486,7 @@ int main(int argc, char **argv)
 		srv.nr_exports = conf->nr_exports;
 	} else {
 		apply_settings(&o, NULL, &cl);
+		listen_plan(&o, &cl, activated);
 		check_socket(&o);
 		exports_from_cmdline(&cl);
 	}
@@ -432,9 +508,9 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	nbdl_log_to_stderr("bionbd");
 
-	if (o.socket && listen_unix(o.socket, err, sizeof(err)))
+	if (!activated && o.socket && listen_unix(o.socket, err, sizeof(err)))
 		die("%s", err);
-	if ((!o.socket || o.listen || o.port) &&
+	if (!activated && (!o.socket || o.listen || o.port) &&
 	    listen_tcp(o.listen ? o.listen : SRV_DEFAULT_LISTEN,
 		       o.port ? o.port : SRV_DEFAULT_PORT, err, sizeof(err)))
 		die("%s", err);
@@ -475,6 +551,20 @@ int main(int argc, char **argv)
 		write_pidfile(cl.pidfile);
 	if (ready_fd >= 0)
 		detach_stdio(ready_fd);
+	if (cl.run) {
+		struct run_addr ra = {
+			.socket = o.socket,
+			.host = o.listen ? o.listen : SRV_DEFAULT_LISTEN,
+			.port = o.port ? o.port : SRV_DEFAULT_PORT,
+			.export_name = srv.exports[0].name,
+		};
+
+		if (o.socket && !o.listen && !o.port)
+			ra.host = ra.port = NULL;
+		r = run_start(loop, cl.run, &ra, run_done);
+		if (r)
+			die("--run: %s", strerror(-r));
+	}
 
 	ev_run(loop, 0);
 
@@ -489,6 +579,10 @@ int main(int argc, char **argv)
 	if (cl.pidfile)
 		unlink(cl.pidfile);
 	listeners_close(loop);
+	if (private_dir) {
+		rmdir(private_dir);
+		free(private_dir);
+	}
 	bio_pool_drain();
-	return 0;
+	return exit_status;
 }

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: MIT
+/*
+ * run.c - captive mode (run.h).  The environment is built before the fork:
+ * the server has threads, so the child may only call what is safe after
+ * fork() in a threaded process, and execve() with a ready array is.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "run.h"
+
+extern char **environ;
+
+static ev_child child;
+static void (*child_done)(struct ev_loop *loop, int status);
+
+/* Append @s to @out percent-encoded; "/" stays as it is when @keep_slash. */
+static void pct_encode(FILE *out, const char *s, bool keep_slash)
+{
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+		    (ch >= '0' && ch <= '9') || strchr("-._~", ch) ||
+		    (keep_slash && ch == '/'))
+			fputc(ch, out);
+		else
+			fprintf(out, "%%%02X", ch);
+	}
+}
+
+char *run_uri(const struct run_addr *a)
+{
+	const char *host = a->host;
+	char *uri = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&uri, &len);
+
+	if (!f)
+		return NULL;
+	if (a->socket) {
+		fputs("nbd+unix:///", f);
+		pct_encode(f, a->export_name, false);
+		fputs("?socket=", f);
+		pct_encode(f, a->socket, true);
+	} else {
+		/* A wildcard address is reached on this machine as localhost. */
+		if (!host || !*host || !strcmp(host, "0.0.0.0") ||
+		    !strcmp(host, "::"))
+			host = "localhost";
+		fprintf(f, strchr(host, ':') ? "nbd://[%s]:%s/" : "nbd://%s:%s/",
+			host, a->port);
+		pct_encode(f, a->export_name, false);
+	}
+	if (fclose(f)) {
+		free(uri);
+		return NULL;
+	}
+	return uri;
+}
+
+static void env_free(char **env, size_t mine)
+{
+	for (size_t i = mine; env[i]; i++)
+		free(env[i]);
+	free(env);
+}
+
+/* NAME=VALUE into @slot (NULL if out of memory, ending the array there). */
+static bool env_add(char **slot, const char *name, const char *value)
+{
+	if (asprintf(slot, "%s=%s", name, value) < 0) {
+		*slot = NULL;
+		return false;
+	}
+	return true;
+}
+
+static bool ours(const char *var)
+{
+	static const char *const names[] = { "uri=", "unixsocket=", "port=",
+					     "exportname=", "nbd=" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strncmp(var, names[i], strlen(names[i])))
+			return true;
+	return false;
+}
+
+/*
+ * environ without our names, then ours from (*@mine) on, which the caller
+ * frees (env_free); NULL on ENOMEM.
+ */
+static char **run_env(const struct run_addr *a, size_t *mine)
+{
+	size_t n = 0, k = 0;
+	char **env, *uri = run_uri(a);
+	bool ok;
+
+	while (environ[n])
+		n++;
+	env = calloc(n + 5, sizeof(*env));
+	if (!env || !uri) {
+		free(uri);
+		free(env);
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!ours(environ[i]))
+			env[k++] = environ[i];
+	*mine = k;
+	ok = env_add(&env[k++], "uri", uri) &&
+	     env_add(&env[k++], "exportname", a->export_name) &&
+	     (!a->socket || env_add(&env[k++], "unixsocket", a->socket)) &&
+	     (!a->port || a->socket || env_add(&env[k++], "port", a->port));
+	free(uri);
+	if (!ok) {
+		env_free(env, *mine);
+		return NULL;
+	}
+	return env;
+}
+
+static void child_cb(struct ev_loop *loop, ev_child *w, int revents)
+{
+	int st = w->rstatus;
+
+	ev_child_stop(loop, w);
+	child_done(loop, WIFEXITED(st) ? WEXITSTATUS(st) :
+		   WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1);
+}
+
+int run_start(struct ev_loop *loop, const char *cmd, const struct run_addr *a,
+	      void (*done)(struct ev_loop *loop, int status))
+{
+	char *argv[] = { "sh", "-c", (char *)cmd, NULL };
+	size_t mine;
+	char **env = run_env(a, &mine);
+	sigset_t none;
+	pid_t pid;
+
+	if (!env)
+		return -ENOMEM;
+	sigemptyset(&none);
+	pid = fork();
+	if (pid < 0) {
+		env_free(env, mine);
+		return -errno;
+	}
+	if (pid == 0) {
+		/* The command gets the signal state a shell would. */
+		signal(SIGPIPE, SIG_DFL);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execve("/bin/sh", argv, env);
+		_exit(127);
+	}
+	env_free(env, mine);
+	child_done = done;
+	ev_child_init(&child, child_cb, pid, 0);
+	ev_child_start(loop, &child);
+	return 0;
+}

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * run.h - captive mode (--run): a command that runs once the server
+ * serves, with the server's address in its environment; the server lives
+ * as long as the command does and exits with its status.
+ */
+#ifndef BIONBD_RUN_H
+#define BIONBD_RUN_H
+
+#include <ev.h>
+
+/* Where the server listens, as the command is told (NULL: not there). */
+struct run_addr {
+	const char *socket; /* unix socket path */
+	const char *host; /* TCP address as given to -i */
+	const char *port; /* TCP port */
+	const char *export_name; /* the default export's name */
+};
+
+/**
+ * run_uri - the NBD URI of @a (unix socket first, else TCP), with the
+ * export name and socket path percent-encoded.  Returns a malloc'd string
+ * or NULL (ENOMEM).
+ */
+char *run_uri(const struct run_addr *a);
+
+/**
+ * run_start - start "/bin/sh -c @cmd" with $uri, $unixsocket, $port and
+ * $exportname (nbdkit's names) set for @a, and every other variable of
+ * ours; on @loop (the default loop, which alone sees children) @done is
+ * called once it has exited, with the status the server should exit with:
+ * its exit status, or 128 + the signal that killed it.  Returns 0 or
+ * -errno.
+ */
+int run_start(struct ev_loop *loop, const char *cmd, const struct run_addr *a,
+	      void (*done)(struct ev_loop *loop, int status));
+
+#endif /* BIONBD_RUN_H */

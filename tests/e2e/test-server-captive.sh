@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Description: the ways other programs start bionbd.  Captive mode: --run
+# with no listen option serves a private unix socket, gives the command
+# $uri, $unixsocket and $exportname (no $port), and afterwards the server
+# is gone and the socket and its directory with it; the command's exit
+# status is bionbd's (7 stays 7, a command killed by SIGKILL gives 137);
+# with -U and an export name with a space, $uri percent-encodes it and
+# nbdcopy writes through it and qemu-img reads the same bytes back; with
+# -i/-p, $port is set and $uri is nbd://127.0.0.1:PORT/.  Socket
+# activation (LISTEN_PID/LISTEN_FDS, as libnbd's "[ CMD ]" starts servers):
+# nbdinfo and nbdcopy get the data through bionbd with and without -f
+# (activation implies it), and no server is left when they return; -U
+# next to activation is refused with one line and exit 1; LISTEN_PID of
+# another process is ignored.  --exit-with-parent: the server exits when
+# the process that started it does.
+source "$(dirname "$0")/functions.sh"
+
+requires nbdinfo
+requires nbdcopy
+requires qemu-img
+[[ -x $BIONBD ]] || die "$BIONBD not built"
+make_tmpdir
+
+SIZE=64M
+m=("$tmp/m0" "$tmp/m1" "$tmp/m2")
+
+# No bionbd serving these members may be left running.
+none_left() {
+    local n
+    for ((n = 0; n < 100; n++)); do
+        pgrep -f "bionbd.*$tmp/m0" >/dev/null || return 0
+        sleep 0.05
+    done
+    pgrep -fa "bionbd.*$tmp/m0" >&2
+    die "$1: a bionbd is still running"
+}
+
+# run_captive LOG ARGS...: bionbd ARGS (with --run), stderr to LOG checked
+# for sanitizer reports; its exit status in $rc, stdout in $out.
+run_captive() {
+    local log=$1
+    shift
+    rc=0
+    out=$(timeout 60 "$BIONBD" "$@" 2>"$log") || rc=$?
+    check_sanitizer_log "$log"
+}
+
+log "--run, nowhere to listen given: a private unix socket"
+run_captive "$tmp/r1.log" --size $SIZE --run '
+    printf "%s|%s|%s|%s\n" "$uri" "$unixsocket" "${port-unset}" "$exportname"
+    nbdinfo --size "$uri"' "${m[@]}"
+[[ $rc -eq 0 ]] || die "--run nbdinfo: exit $rc: $(cat "$tmp/r1.log")"
+IFS='|' read -r uri sock port export <<<"$(head -1 <<<"$out")"
+[[ $sock == /* && $uri == "nbd+unix:///?socket=$sock" ]] ||
+    die "private socket: uri '$uri', unixsocket '$sock'"
+[[ $port == unset && -z $export ]] || die "port '$port', exportname '$export'"
+[[ $(tail -1 <<<"$out") == $((64 << 20)) ]] || die "nbdinfo said: $out"
+[[ ! -e $sock && ! -e ${sock%/*} ]] || die "left ${sock%/*} behind"
+none_left "--run nbdinfo"
+
+log "--run: the command's exit status is the server's"
+run_captive "$tmp/r2.log" --run 'exit 7' "${m[@]}"
+[[ $rc -eq 7 ]] || die "--run 'exit 7': exit $rc"
+run_captive "$tmp/r3.log" --run 'kill -KILL $$' "${m[@]}"
+[[ $rc -eq 137 ]] || die "--run killed by SIGKILL: exit $rc, expected 137"
+none_left "--run exit status"
+
+log "--run with -U and an export name with a space: nbdcopy in, qemu-img out"
+head -c $((4 << 20)) /dev/urandom >"$tmp/src"
+run_captive "$tmp/r4.log" -U "$tmp/s.sock" -e 'my disk' --run '
+    echo "$uri|$unixsocket|$exportname"
+    nbdcopy "'"$tmp/src"'" "$uri" &&
+    qemu-img convert -f raw -O raw "$uri" "'"$tmp/out"'"' "${m[@]}"
+[[ $rc -eq 0 ]] || die "-U -e --run: exit $rc: $(cat "$tmp/r4.log")"
+[[ $(head -1 <<<"$out") == "nbd+unix:///my%20disk?socket=$tmp/s.sock|$tmp/s.sock|my disk" ]] ||
+    die "-U -e: environment: $out"
+cmp -n $((4 << 20)) "$tmp/src" "$tmp/out" ||
+    die "qemu-img read back other bytes than nbdcopy wrote"
+[[ ! -e $tmp/s.sock ]] || die "-U socket left behind"
+
+log "--run on TCP: \$port and an nbd:// URI"
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+run_captive "$tmp/r5.log" -i 127.0.0.1 -p "$port" --run '
+    echo "$uri|$port|${unixsocket-unset}"; nbdinfo --size "$uri"' "${m[@]}"
+[[ $rc -eq 0 ]] || die "TCP --run: exit $rc: $(cat "$tmp/r5.log")"
+[[ $(head -1 <<<"$out") == "nbd://127.0.0.1:$port/|$port|unset" ]] ||
+    die "TCP --run: environment: $out"
+none_left "--run TCP"
+
+log "socket activation: nbdinfo and nbdcopy start bionbd themselves"
+for f in -f ''; do
+    size=$(timeout 60 nbdinfo --size -- [ "$BIONBD" $f --size $SIZE "${m[@]}" ] 2>"$tmp/a.log") ||
+        die "nbdinfo -- [ bionbd $f ]: $(cat "$tmp/a.log")"
+    [[ $size == $((64 << 20)) ]] || die "activated ($f): size $size"
+    rm -f "$tmp/out2"
+    timeout 60 nbdcopy -- [ "$BIONBD" $f "${m[@]}" ] "$tmp/out2" 2>"$tmp/a.log" ||
+        die "nbdcopy -- [ bionbd $f ]: $(cat "$tmp/a.log")"
+    check_sanitizer_log "$tmp/a.log"
+    cmp -n $((4 << 20)) "$tmp/src" "$tmp/out2" ||
+        die "activated ($f): nbdcopy read other bytes"
+    none_left "activated ($f)"
+done
+
+log "socket activation refuses -U; LISTEN_PID of another process is ignored"
+err=$(timeout 60 nbdinfo --size -- [ "$BIONBD" -f -U "$tmp/x.sock" "${m[@]}" ] 2>&1) &&
+    die "activation with -U was served"
+grep -q 'socket activation (LISTEN_FDS): -U, -i and -p' <<<"$err" ||
+    die "activation with -U: $err"
+run_captive "$tmp/r6.log" --run 'nbdinfo --size "$uri" >/dev/null' "${m[@]}"
+LISTEN_PID=1 LISTEN_FDS=1 run_captive "$tmp/r6.log" \
+    --run 'nbdinfo --size "$uri" >/dev/null; echo "${LISTEN_FDS-gone}"' "${m[@]}"
+[[ $rc -eq 0 ]] || die "LISTEN_PID=1: exit $rc: $(cat "$tmp/r6.log")"
+[[ $out == 1 ]] || die "another process's LISTEN_FDS was taken: '$out'"
+none_left "LISTEN_PID of another process"
+
+log "--exit-with-parent"
+# The subshell is the parent: it starts bionbd, waits until it serves
+# (the pidfile), notes its pid and exits.
+( "$BIONBD" --exit-with-parent -U "$tmp/p.sock" -P "$tmp/p.pid" "${m[@]}" \
+    2>"$tmp/p.log" &
+  echo $! >"$tmp/p.child"
+  for ((n = 0; n < 200; n++)); do
+      [[ -s $tmp/p.pid ]] && exit 0
+      sleep 0.05
+  done
+  exit 1 ) || die "--exit-with-parent: never served: $(cat "$tmp/p.log")"
+pid=$(cat "$tmp/p.child")
+for ((n = 0; n < 200; n++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+done
+kill -0 "$pid" 2>/dev/null && die "--exit-with-parent: still running after its parent"
+check_sanitizer_log "$tmp/p.log"
+[[ ! -e $tmp/p.sock ]] || die "--exit-with-parent: socket left behind"
+log "PASS"
