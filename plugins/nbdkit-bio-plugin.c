@@ -170,10 +170,11 @@ static uint16_t fua_flag(uint32_t flags)
 
 static void log_nbdkit(enum nbdl_level level, const char *fmt, va_list ap)
 {
-	if (level == NBDL_DEBUG)
-		nbdkit_vdebug(fmt, ap);
-	else
+	/* nbdkit has no info level; its -v shows debug lines. */
+	if (level == NBDL_ERROR)
 		nbdkit_verror(fmt, ap);
+	else
+		nbdkit_vdebug(fmt, ap);
 }
 
 /* -------- configuration callbacks */

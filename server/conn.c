@@ -62,6 +62,7 @@ static void conn_free(struct conn *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	w->nr_conns--;
+	nbdl_log(NBDL_DEBUG, "connection closed (fd %d)", c->fd);
 	close(c->fd);
 	free(c->optdata);
 	free(c->obuf);
@@ -186,6 +187,8 @@ void conn_accept(struct worker *w, int fd)
 	c->fd = fd;
 	c->unix_sock = sock_domain(fd) == AF_UNIX;
 	c->oq_tail = &c->oq_head;
+	nbdl_log(NBDL_DEBUG, "new connection (fd %d, %s)", fd,
+		 c->unix_sock ? "unix" : "TCP");
 	ev_io_init(&c->rio, conn_read_cb, fd, EV_READ);
 	ev_io_init(&c->wio, conn_write_cb, fd, EV_WRITE);
 	ev_timer_init(&c->hs_timer, conn_hs_timeout_cb, w->srv->handshake_s,

@@ -5,12 +5,13 @@
  *
  * SIGTERM/SIGINT stop accepting, let every worker answer what it has taken
  * (clients that stop reading are cut off after a grace period), flush
- * every export, and exit 0.  So does the end of a --run command, with the
- * command's exit status.
+ * every export, and exit 0; so does SIGQUIT, and the end of a --run
+ * command, with the command's exit status.  SIGHUP reopens the log.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include <bionbd/nbdl.h>
 
 #include "listener.h"
+#include "log.h"
 #include "options.h"
 #include "run.h"
 #include "server.h"
@@ -38,6 +40,7 @@ struct flag_setting {
 struct cmdline {
 	bool foreground;
 	bool exit_with_parent;
+	bool verbose;
 	const char *run; /* --run CMD */
 	bool readonly;
 	const char *export_name;
@@ -77,13 +80,15 @@ static void usage(FILE *f)
 	      "              [--poll-us N] [--handshake-timeout S]\n"
 	      "              [--max-connections N] [--memory SIZE]\n"
 	      "              [--async-min SIZE] [--sendfile-min SIZE]\n"
-	      "              [--run CMD] [--exit-with-parent] MEMBER...\n"
+	      "              [--run CMD] [--exit-with-parent] [--log DEST] [-v]\n"
+	      "              MEMBER...\n"
 	      "       bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-P PIDFILE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
 	      "              [--max-connections N] [--memory SIZE]\n"
 	      "              [--async-min SIZE] [--sendfile-min SIZE]\n"
-	      "              [--run CMD] [--exit-with-parent] -c FILE.conf\n"
+	      "              [--run CMD] [--exit-with-parent] [--log DEST] [-v]\n"
+	      "              -c FILE.conf\n"
 	      "\n"
 	      "Serve a RAID-0 volume striped over MEMBER files (or the exports of\n"
 	      "FILE.conf) over NBD.  Listens on 127.0.0.1:10809 unless -U, -i or\n"
@@ -123,6 +128,9 @@ static void usage(FILE *f)
 	      "                         exit when it does, with its status (with\n"
 	      "                         no -U, -i or -p: a private unix socket)\n"
 	      "      --exit-with-parent exit when the parent process does\n"
+	      "      --log DEST         stderr, syslog or null (default stderr with\n"
+	      "                         -f, else syslog)\n"
+	      "  -v, --verbose          debug messages too\n"
 	      "  -h, --help             this text\n"
 	      "  -V, --version          print the version\n",
 	      f);
@@ -174,13 +182,15 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "sendfile-min", required_argument, NULL, 'F' },
 		{ "run", required_argument, NULL, 'R' },
 		{ "exit-with-parent", no_argument, NULL, 'X' },
+		{ "log", required_argument, NULL, 'O' },
+		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "fU:i:p:rt:e:P:c:hV", longopts,
+	while ((ch = getopt_long(argc, argv, "fU:i:p:rt:e:P:c:vhV", longopts,
 				 NULL)) != -1) {
 		switch (ch) {
 		case 'f': cl->foreground = true; break;
@@ -211,6 +221,8 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 			break;
 		case 'R': cl->run = optarg; break;
 		case 'X': cl->exit_with_parent = true; break;
+		case 'O': add_setting(cl, "--log", "log", optarg); break;
+		case 'v': cl->verbose = true; break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("bionbd %s\n", BIONBD_VERSION); exit(0);
 		default: usage(stderr); exit(1);
@@ -231,28 +243,73 @@ static void set_export_key(struct conf_export *e, const char *key,
 		die("%s", err);
 }
 
+/* The command line's export, kept for the start-up line. */
+static struct conf_export cmdline_export;
+
 static void exports_from_cmdline(const struct cmdline *cl)
 {
-	struct conf_export ce;
+	struct conf_export *ce = &cmdline_export;
 	char err[1024];
 
 	if (!cl->nr_members)
 		die("no member files given (see --help)");
-	if (conf_export_init(&ce, cl->export_name ? cl->export_name : ""))
+	if (conf_export_init(ce, cl->export_name ? cl->export_name : ""))
 		die("out of memory");
 	for (int i = 0; i < cl->nr_members; i++)
-		set_export_key(&ce, "file", cl->members[i]);
+		set_export_key(ce, "file", cl->members[i]);
 	if (cl->stripe_size)
-		set_export_key(&ce, "stripe-size", cl->stripe_size);
+		set_export_key(ce, "stripe-size", cl->stripe_size);
 	if (cl->size)
-		set_export_key(&ce, "size", cl->size);
-	if (conf_export_check(&ce, err, sizeof(err)))
+		set_export_key(ce, "size", cl->size);
+	if (conf_export_check(ce, err, sizeof(err)))
 		die("%s", err);
-	if (nbdl_exports_open(&srv.exports, &ce, 1, cl->readonly, NULL, err,
+	if (nbdl_exports_open(&srv.exports, ce, 1, cl->readonly, NULL, err,
 			      sizeof(err)))
 		die("%s", err);
 	srv.nr_exports = 1;
-	conf_export_release(&ce);
+}
+
+/*
+ * The start-up lines: each export with its size and layout, then where
+ * the server listens.
+ */
+static void log_startup(const struct conf_export *defs,
+			const struct srv_options *o, int activated)
+{
+	char where[768];
+
+	for (unsigned int i = 0; i < srv.nr_exports; i++) {
+		const struct nbdl_export *e = &srv.exports[i];
+		const struct conf_export *d = &defs[i];
+		char members[512];
+		size_t n = 0;
+
+		members[0] = 0;
+		for (unsigned int m = 0; m < d->nr_members && n < sizeof(members);
+		     m++)
+			n += (size_t)snprintf(members + n, sizeof(members) - n,
+					      "%s%s", m ? ", " : "",
+					      d->members[m]);
+		nbdl_log(NBDL_INFO,
+			 "export '%s': %" PRIu64 " bytes%s, %u members, "
+			 "stripe %" PRIu64 "K: %s",
+			 e->name, e->size_bytes, e->readonly ? ", read-only" : "",
+			 d->nr_members, d->chunk_bytes >> 10, members);
+	}
+	if (activated)
+		snprintf(where, sizeof(where),
+			 "%d sockets passed by the service manager", activated);
+	else if (o->socket && !o->listen && !o->port)
+		snprintf(where, sizeof(where), "unix socket %s", o->socket);
+	else
+		snprintf(where, sizeof(where), "%s%s%s%s:%s",
+			 o->socket ? "unix socket " : "",
+			 o->socket ? o->socket : "", o->socket ? ", TCP " : "TCP ",
+			 o->listen ? o->listen : SRV_DEFAULT_LISTEN,
+			 o->port ? o->port : SRV_DEFAULT_PORT);
+	nbdl_log(NBDL_INFO, "serving on %s; %u workers, backend %s (pid %d)",
+		 where, srv.nr_workers, ioq_backend_name(srv.backend),
+		 (int)getpid());
 }
 
 /* The [server] lines of @c, then the flags, through the one setter. */
@@ -404,12 +461,27 @@ static void server_stop(struct ev_loop *loop)
 
 static void stop_cb(struct ev_loop *loop, ev_signal *s, int revents)
 {
+	if (!atomic_load(&srv.stopping))
+		nbdl_log(NBDL_INFO, "%s: shutting down",
+			 strsignal(s->signum));
 	server_stop(loop);
+}
+
+/*
+ * SIGHUP never stops the server nor drops a request: exports are read at
+ * start only, so it reconnects the log (a restarted syslog daemon).
+ */
+static void hup_cb(struct ev_loop *loop, ev_signal *s, int revents)
+{
+	srv_log_reopen();
+	nbdl_log(NBDL_INFO, "SIGHUP: log reopened; exports unchanged");
 }
 
 /* The --run command ended: so does the server, with its status. */
 static void run_done(struct ev_loop *loop, int status)
 {
+	nbdl_log(NBDL_INFO, "--run command exited with status %d: shutting down",
+		 status);
 	exit_status = status;
 	server_stop(loop);
 }
@@ -453,20 +525,19 @@ int main(int argc, char **argv)
 	struct srv_options o;
 	struct conf *conf = NULL;
 	struct ev_loop *loop;
-	ev_signal sigterm, sigint;
+	ev_signal sigterm, sigint, sigquit, sighup;
 	sigset_t stopsigs;
 	char err[1024];
 	int ready_fd = -1, r;
-	bool activated;
+	int activated; /* sockets the service manager passed */
 	long ncpu;
 
 	parse_args(argc, argv, &cl);
 	if (cl.exit_with_parent)
 		exit_with_parent();
-	r = listen_activated(err, sizeof(err));
-	if (r < 0)
+	activated = listen_activated(err, sizeof(err));
+	if (activated < 0)
 		die("%s", err);
-	activated = r > 0;
 	/* The captive, the activated and the parent's child stay ours. */
 	cl.foreground |= cl.run || cl.exit_with_parent || activated;
 	srv_options_init(&o);
@@ -506,7 +577,9 @@ int main(int argc, char **argv)
 						SRV_DEFAULT_SENDFILE_MIN;
 
 	signal(SIGPIPE, SIG_IGN);
-	nbdl_log_to_stderr("bionbd");
+	srv_log_start(o.log_set ? o.log :
+		      cl.foreground ? SRV_LOG_STDERR : SRV_LOG_SYSLOG,
+		      cl.verbose);
 
 	if (!activated && o.socket && listen_unix(o.socket, err, sizeof(err)))
 		die("%s", err);
@@ -528,10 +601,12 @@ int main(int argc, char **argv)
 			    srv.backend == IOQ_IO_URING ?
 				    " (try --backend threads)" : "");
 	}
-	/* Workers inherit a mask without SIGTERM/SIGINT: only main takes them. */
+	/* Workers inherit a mask without these: only main takes them. */
 	sigemptyset(&stopsigs);
 	sigaddset(&stopsigs, SIGTERM);
 	sigaddset(&stopsigs, SIGINT);
+	sigaddset(&stopsigs, SIGQUIT);
+	sigaddset(&stopsigs, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &stopsigs, NULL);
 	for (unsigned int i = 0; i < srv.nr_workers; i++) {
 		r = worker_start(&srv.workers[i]);
@@ -543,12 +618,17 @@ int main(int argc, char **argv)
 	listeners_start(loop, &srv);
 	ev_signal_init(&sigterm, stop_cb, SIGTERM);
 	ev_signal_init(&sigint, stop_cb, SIGINT);
+	ev_signal_init(&sigquit, stop_cb, SIGQUIT);
+	ev_signal_init(&sighup, hup_cb, SIGHUP);
 	ev_signal_start(loop, &sigterm);
 	ev_signal_start(loop, &sigint);
+	ev_signal_start(loop, &sigquit);
+	ev_signal_start(loop, &sighup);
 	pthread_sigmask(SIG_UNBLOCK, &stopsigs, NULL);
 
 	if (cl.pidfile)
 		write_pidfile(cl.pidfile);
+	log_startup(conf ? conf->exports : &cmdline_export, &o, activated);
 	if (ready_fd >= 0)
 		detach_stdio(ready_fd);
 	if (cl.run) {
@@ -584,5 +664,8 @@ int main(int argc, char **argv)
 		free(private_dir);
 	}
 	bio_pool_drain();
+	if (!conf)
+		conf_export_release(&cmdline_export);
+	srv_log_stop();
 	return exit_status;
 }

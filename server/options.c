@@ -89,6 +89,14 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 		o->backend_set = true;
 		return 0;
 	}
+	if (!strcmp(key, "log")) {
+		if (srv_log_parse(value, &o->log)) {
+			snprintf(why, whylen, "expected stderr, syslog or null");
+			return -EINVAL;
+		}
+		o->log_set = true;
+		return 0;
+	}
 	for (size_t i = 0; i < sizeof(uint_keys) / sizeof(uint_keys[0]); i++) {
 		const struct uint_key *u = &uint_keys[i];
 
@@ -134,6 +142,6 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 	snprintf(why, whylen,
 		 "unknown key (server keys: listen, port, socket, threads, "
 		 "backend, poll-us, handshake-timeout, max-connections, "
-		 "memory, async-min, sendfile-min)");
+		 "memory, async-min, sendfile-min, log)");
 	return -ENOENT;
 }

@@ -15,6 +15,8 @@
 
 #include <bionbd/ioq.h>
 
+#include "log.h"
+
 #define SRV_DEFAULT_LISTEN "127.0.0.1"
 #define SRV_DEFAULT_PORT "10809"
 #define SRV_MAX_THREADS 1024u
@@ -58,6 +60,8 @@ struct srv_options {
 	bool async_min_set; /* else chosen by the CPU count */
 	uint32_t sendfile_min; /* bytes; 0 = never sendfile */
 	bool sendfile_min_set; /* else SRV_DEFAULT_SENDFILE_MIN */
+	enum srv_log_dest log;
+	bool log_set; /* else stderr in the foreground, syslog as a daemon */
 	uint64_t memory_bytes; /* buffer cache budget; see memory_set */
 	bool memory_set; /* else derived from the worker count */
 };
@@ -74,7 +78,7 @@ void srv_options_release(struct srv_options *o);
  * srv_option_set - apply one setting: "listen", "port", "socket",
  *                  "threads", "backend", "poll-us", "handshake-timeout",
  *                  "max-connections", "memory", "async-min",
- *                  "sendfile-min"
+ *                  "sendfile-min", "log"
  * @why: on -EINVAL, what is wrong with @value (callers name the key or
  *       flag, and the file and line)
  *

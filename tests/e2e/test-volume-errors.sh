@@ -65,7 +65,7 @@ h.flush()
 h.shutdown()
 EOF
     expect_grep "$d/small/m0.*write.*offset [0-9]+.*No space left on device" "$SERVER_LOG"
-    expect_no_grep "$d/m[12]\\b" "$SERVER_LOG"
+    expect_no_grep "member $d/m[12]\\b" "$SERVER_LOG"
     stop_server
 
     log "backend $be: EIO"
@@ -106,7 +106,7 @@ h.shutdown()
 EOF
     expect_grep "$d/fuse/nbd.*read.*offset 655360.*Input/output error" "$SERVER_LOG"
     expect_grep "$d/fuse/nbd.*write.*offset [0-9]+.*Input/output error" "$SERVER_LOG"
-    expect_no_grep "$d/e[02]\\b" "$SERVER_LOG"
+    expect_no_grep "member $d/e[02]\\b" "$SERVER_LOG"
     stop_server
 done
 log "ok"

@@ -96,6 +96,6 @@ PY
     stop_server
     # The refusals above are answers, not failures: nothing in the log
     # names the member (the plugin's debug line needs nbdkit -v).
-    expect_no_grep "$d/ext2/m1" "$SERVER_LOG"
+    expect_no_grep "member $d/ext2/m1" "$SERVER_LOG"
 done
 log "ok"

@@ -129,6 +129,15 @@ int main(void)
 	CHECK_EQ(o.sendfile_min, 0);
 	CHECK_EQ(o.async_min, 32u << 20); /* its own field */
 
+	CHECK(!o.log_set);
+	CHECK_EQ(set(&o, "log", "syslog"), 0);
+	CHECK(o.log_set && o.log == SRV_LOG_SYSLOG);
+	CHECK_EQ(set(&o, "log", "null"), 0);
+	CHECK_EQ(o.log, SRV_LOG_NULL);
+	CHECK_EQ(set(&o, "log", "journal"), -EINVAL);
+	CHECK(strstr(why, "stderr, syslog or null"));
+	CHECK_EQ(o.log, SRV_LOG_NULL);
+
 	CHECK_EQ(set(&o, "listen_addr", "x"), -ENOENT);
 	CHECK(strstr(why, "unknown key"));
 

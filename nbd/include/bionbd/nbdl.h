@@ -211,6 +211,7 @@ const char *nbdl_cmd_name(uint16_t type);
 
 enum nbdl_level {
 	NBDL_ERROR,
+	NBDL_INFO, /* start-up, shutdown: what an operator wants to see */
 	NBDL_DEBUG,
 };
 
