@@ -57,6 +57,16 @@ static void emit(enum nbdl_level level, const char *line)
 	(void)!write(STDERR_FILENO, buf, (size_t)n);
 }
 
+static void emit_held(unsigned int held)
+{
+	char line[128];
+
+	snprintf(line, sizeof(line),
+		 "%u more errors not logged (at most %u a second)", held,
+		 SRV_LOG_BURST);
+	emit(NBDL_ERROR, line);
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -97,12 +107,8 @@ static void log_line(enum nbdl_level level, const char *fmt, va_list ap)
 		return;
 	if (level == NBDL_ERROR && !error_allowed(&held))
 		return;
-	if (held) {
-		snprintf(line, sizeof(line),
-			 "%u more errors not logged (at most %u a second)",
-			 held, SRV_LOG_BURST);
-		emit(NBDL_ERROR, line);
-	}
+	if (held)
+		emit_held(held);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	emit(level, line);
 }
@@ -126,19 +132,14 @@ void srv_log_reopen(void)
 
 void srv_log_stop(void)
 {
-	char line[128];
 	unsigned int held;
 
 	pthread_mutex_lock(&limit_lock);
 	held = suppressed;
 	suppressed = 0;
 	pthread_mutex_unlock(&limit_lock);
-	if (held && dest != SRV_LOG_NULL) {
-		snprintf(line, sizeof(line),
-			 "%u more errors not logged (at most %u a second)",
-			 held, SRV_LOG_BURST);
-		emit(NBDL_ERROR, line);
-	}
+	if (held && dest != SRV_LOG_NULL)
+		emit_held(held);
 	if (dest == SRV_LOG_SYSLOG)
 		closelog();
 }
