@@ -486,6 +486,18 @@ static void run_done(struct ev_loop *loop, int status)
 	server_stop(loop);
 }
 
+/* At exit, however it comes (die() too): the private socket's directory. */
+static void private_dir_remove(void)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/socket", private_dir);
+	unlink(path);
+	rmdir(private_dir);
+	free(private_dir);
+	private_dir = NULL;
+}
+
 /*
  * How we listen: sockets a service manager passed exclude our own; --run
  * with nowhere to listen gets a unix socket in a private directory.
@@ -504,6 +516,7 @@ static void listen_plan(struct srv_options *o, const struct cmdline *cl,
 	private_dir = strdup("/tmp/bionbd-XXXXXX");
 	if (!private_dir || !mkdtemp(private_dir))
 		die("--run: private socket directory: %s", strerror(errno));
+	atexit(private_dir_remove);
 	if (asprintf(&o->socket, "%s/socket", private_dir) < 0)
 		die("out of memory");
 }
@@ -659,10 +672,6 @@ int main(int argc, char **argv)
 	if (cl.pidfile)
 		unlink(cl.pidfile);
 	listeners_close(loop);
-	if (private_dir) {
-		rmdir(private_dir);
-		free(private_dir);
-	}
 	bio_pool_drain();
 	if (!conf)
 		conf_export_release(&cmdline_export);

@@ -3,7 +3,8 @@
 # Description: the ways other programs start bionbd.  Captive mode: --run
 # with no listen option serves a private unix socket, gives the command
 # $uri, $unixsocket and $exportname (no $port), and afterwards the server
-# is gone and the socket and its directory with it; the command's exit
+# is gone and the socket and its directory with it (also when it could not
+# start: a missing member is one line and exit 1); the command's exit
 # status is bionbd's (7 stays 7, a command killed by SIGKILL gives 137);
 # with -U and an export name with a space, $uri percent-encodes it and
 # nbdcopy writes through it and qemu-img reads the same bytes back; with
@@ -58,6 +59,14 @@ IFS='|' read -r uri sock port export <<<"$(head -1 <<<"$out")"
 [[ $(tail -1 <<<"$out") == $((64 << 20)) ]] || die "nbdinfo said: $out"
 [[ ! -e $sock && ! -e ${sock%/*} ]] || die "left ${sock%/*} behind"
 none_left "--run nbdinfo"
+
+log "--run that cannot start: exit 1, one line, no private directory left"
+private_dirs() { compgen -G '/tmp/bionbd-??????' | sort || true; }
+before=$(private_dirs)
+run_captive "$tmp/r0.log" --run 'exit 0' "$tmp/no/such/member"
+[[ $rc -eq 1 && $(wc -l <"$tmp/r0.log") -eq 1 ]] ||
+    die "--run, missing member: exit $rc: $(cat "$tmp/r0.log")"
+[[ $(private_dirs) == "$before" ]] || die "--run left $(private_dirs) behind"
 
 log "--run: the command's exit status is the server's"
 run_captive "$tmp/r2.log" --run 'exit 7' "${m[@]}"
