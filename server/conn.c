@@ -473,16 +473,16 @@ static ssize_t conn_sendfile(struct conn *c, struct nbd_req *r, size_t budget)
 							    sizeof(zeros),
 				 MSG_NOSIGNAL);
 		if (n < 0) {
-			if (errno == EINTR)
+			int e = errno;
+
+			if (e == EINTR)
 				continue;
-			if (errno != EAGAIN && errno != EPIPE &&
-			    errno != ECONNRESET)
+			if (e != EAGAIN && e != EPIPE && e != ECONNRESET)
 				nbdl_log(NBDL_ERROR,
 					 "read reply at offset %" PRIu64
 					 ": sendfile: %s; closing the connection",
-					 r->fpos[r->iov_idx] + done,
-					 strerror(errno));
-			return done ? (ssize_t)done : -errno;
+					 r->fpos[r->iov_idx] + done, strerror(e));
+			return done ? (ssize_t)done : -e;
 		}
 		done += (size_t)n;
 		if ((size_t)n < m.length)
