@@ -44,6 +44,7 @@ struct cmdline {
 	const char *run; /* --run CMD */
 	bool readonly;
 	const char *export_name;
+	const char *description;
 	const char *pidfile;
 	const char *conf_path;
 	const char *stripe_size;
@@ -75,7 +76,8 @@ static void die(const char *fmt, ...)
 static void usage(FILE *f)
 {
 	fputs("Usage: bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
-	      "              [-e EXPORTNAME] [-P PIDFILE] [--stripe-size SIZE]\n"
+	      "              [-e EXPORTNAME] [--description TEXT] [-P PIDFILE]\n"
+	      "              [--stripe-size SIZE]\n"
 	      "              [--size SIZE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
 	      "              [--max-connections N] [--memory SIZE]\n"
@@ -102,6 +104,7 @@ static void usage(FILE *f)
 	      "  -r, --readonly         refuse writes, trims and zeroes (EPERM)\n"
 	      "  -t, --threads N        worker threads (default: number of CPUs)\n"
 	      "  -e, --exportname NAME  export name (default \"\")\n"
+	      "      --description TEXT what NBD_INFO_DESCRIPTION tells clients\n"
 	      "  -P, --pidfile FILE     write the pid once ready to serve\n"
 	      "  -c, --config FILE      exports (and [server] defaults) from FILE\n"
 	      "      --stripe-size SIZE stripe unit, a power of two 4K..1G (default 64K)\n"
@@ -184,6 +187,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "exit-with-parent", no_argument, NULL, 'X' },
 		{ "log", required_argument, NULL, 'O' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "description", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -223,6 +227,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		case 'X': cl->exit_with_parent = true; break;
 		case 'O': add_setting(cl, "--log", "log", optarg); break;
 		case 'v': cl->verbose = true; break;
+		case 'D': cl->description = optarg; break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("bionbd %s\n", BIONBD_VERSION); exit(0);
 		default: usage(stderr); exit(1);
@@ -261,6 +266,8 @@ static void exports_from_cmdline(const struct cmdline *cl)
 		set_export_key(ce, "stripe-size", cl->stripe_size);
 	if (cl->size)
 		set_export_key(ce, "size", cl->size);
+	if (cl->description)
+		set_export_key(ce, "description", cl->description);
 	if (conf_export_check(ce, err, sizeof(err)))
 		die("%s", err);
 	if (nbdl_exports_open(&srv.exports, ce, 1, cl->readonly, NULL, err,
@@ -555,8 +562,9 @@ int main(int argc, char **argv)
 	cl.foreground |= cl.run || cl.exit_with_parent || activated;
 	srv_options_init(&o);
 	if (cl.conf_path) {
-		if (cl.nr_members || cl.stripe_size || cl.size || cl.export_name)
-			die("-c %s: member files, --stripe-size, --size and -e belong in the config file",
+		if (cl.nr_members || cl.stripe_size || cl.size || cl.export_name ||
+		    cl.description)
+			die("-c %s: member files, --stripe-size, --size, -e and --description belong in the config file",
 			    cl.conf_path);
 		if (conf_load(&conf, cl.conf_path, err, sizeof(err)))
 			die("%s", err);

@@ -7,7 +7,8 @@
 # start: a missing member is one line and exit 1); the command's exit
 # status is bionbd's (7 stays 7, a command killed by SIGKILL gives 137);
 # with -U and an export name with a space, $uri percent-encodes it and
-# nbdcopy writes through it and qemu-img reads the same bytes back; with
+# nbdcopy writes through it and qemu-img reads the same bytes back;
+# --description is what nbdinfo shows; with
 # -i/-p, $port is set and $uri is nbd://127.0.0.1:PORT/.  Socket
 # activation (LISTEN_PID/LISTEN_FDS, as libnbd's "[ CMD ]" starts servers):
 # nbdinfo and nbdcopy get the data through bionbd with and without -f
@@ -87,6 +88,13 @@ run_captive "$tmp/r4.log" -U "$tmp/s.sock" -e 'my disk' --run '
 cmp -n $((4 << 20)) "$tmp/src" "$tmp/out" ||
     die "qemu-img read back other bytes than nbdcopy wrote"
 [[ ! -e $tmp/s.sock ]] || die "-U socket left behind"
+
+log "--description reaches the client"
+run_captive "$tmp/r7.log" --description 'scratch disk' --run 'nbdinfo "$uri"' \
+    "${m[@]}"
+[[ $rc -eq 0 ]] || die "--description: exit $rc: $(cat "$tmp/r7.log")"
+grep -q '^[[:space:]]*description: scratch disk$' <<<"$out" ||
+    die "--description: nbdinfo says: $out"
 
 log "--run on TCP: \$port and an nbd:// URI"
 port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
