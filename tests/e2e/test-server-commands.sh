@@ -47,7 +47,12 @@ for be in $BACKENDS; do
     [[ $be == threads ]] && poll=(--poll-us 0)
     start_bionbd -t 2 --backend "$be" "${poll[@]}" --stripe-size $CHUNK \
         --size $SIZE "${members[@]}"
-    run_commands "$be" copy "${members[@]}"
+    # Reads are copied from disk members (a tmpfs $TMPDIR would send them).
+    case $(fstype "$d") in
+    tmpfs | ramfs) path=sendfile ;;
+    *) path=copy ;;
+    esac
+    run_commands "$be" $path "${members[@]}"
     stop_bionbd
 
     log "backend $be, read-only"
