@@ -18,8 +18,11 @@ static void reply_simple(struct nbd_req *r, bool with_data)
 	put64(r->hdr + SREP_COOKIE, r->cookie);
 	r->iov[0] = (struct iovec){ r->hdr, NBD_SIMPLE_REPLY_BYTES };
 	r->niov = 1;
-	if (with_data && !r->err && r->len)
+	/* A sendfile read has no buffer: its data starts at ->fpos[1]. */
+	if (with_data && !r->err && r->len) {
+		r->fpos[r->niov] = r->offset;
 		r->iov[r->niov++] = (struct iovec){ r->buf, r->len };
+	}
 }
 
 static uint8_t *chunk_hdr(struct nbd_req *r, uint8_t *h, uint16_t flags,
@@ -55,79 +58,7 @@ static bool is_zero(const uint8_t *p, size_t n)
 	return !memcmp(p, z, 16) && !memcmp(p, p + 16, n - 16);
 }
 
-/*
- * A structured read reply: data chunks, with all-zero 4 KiB runs sent as
- * hole chunks (no payload).  DF asks for a single content chunk.
- */
-static void reply_read_structured(struct nbd_req *r)
-{
-	struct {
-		uint32_t off, len;
-		bool hole;
-	} run[SRV_READ_CHUNKS];
-	const uint8_t *buf = r->buf;
-	unsigned int nr = 0, i;
-	uint8_t *h = r->hdr;
-
-	if (r->len == 0) {
-		chunk_hdr(r, h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, 0);
-		r->iov[0] = (struct iovec){ h, NBD_CHUNK_HDR_BYTES };
-		r->niov = 1;
-		return;
-	}
-	if (r->flags & NBD_CMD_FLAG_DF) {
-		run[0] = (typeof(run[0])){ 0, r->len, is_zero(buf, r->len) };
-		nr = 1;
-	} else {
-		for (uint32_t off = 0; off < r->len;) {
-			uint32_t n = r->len - off < 4096 ? r->len - off : 4096;
-			bool hole = n == 4096 && is_zero(buf + off, n);
-
-			if (nr && run[nr - 1].hole == hole) {
-				run[nr - 1].len += n;
-			} else if (nr == SRV_READ_CHUNKS) {
-				/* Too fragmented: one data chunk for all. */
-				run[0] = (typeof(run[0])){ 0, r->len, false };
-				nr = 1;
-				break;
-			} else {
-				run[nr++] = (typeof(run[0])){ off, n, hole };
-			}
-			off += n;
-		}
-	}
-	r->niov = 0;
-	for (i = 0; i < nr; i++) {
-		uint16_t fl = i + 1 == nr ? NBD_REPLY_FLAG_DONE : 0;
-		uint8_t *p;
-
-		if (run[i].hole) {
-			p = chunk_hdr(r, h, fl, NBD_REPLY_TYPE_OFFSET_HOLE,
-				      CHUNK_OFFSET_HOLE_BYTES);
-			put64(p, r->offset + run[i].off);
-			put32(p + 8, run[i].len);
-			r->iov[r->niov++] = (struct iovec){
-				h, NBD_CHUNK_HDR_BYTES + CHUNK_OFFSET_HOLE_BYTES
-			};
-			h += NBD_CHUNK_HDR_BYTES + CHUNK_OFFSET_HOLE_BYTES;
-		} else {
-			p = chunk_hdr(r, h, fl, NBD_REPLY_TYPE_OFFSET_DATA,
-				      CHUNK_OFFSET_DATA_BYTES + run[i].len);
-			put64(p, r->offset + run[i].off);
-			r->iov[r->niov++] = (struct iovec){
-				h, NBD_CHUNK_HDR_BYTES + CHUNK_OFFSET_DATA_BYTES
-			};
-			r->iov[r->niov++] = (struct iovec){
-				(uint8_t *)buf + run[i].off, run[i].len
-			};
-			h += NBD_CHUNK_HDR_BYTES + CHUNK_OFFSET_DATA_BYTES;
-		}
-	}
-}
-
-/* Stripe pieces of a sendfile read looked at for holes (one lseek each). */
-#define REPLY_HOLE_PROBES 64
-
+/* A run of a structured read reply: one data or hole chunk. */
 struct read_run {
 	uint32_t off, len;
 	bool hole;
@@ -148,12 +79,41 @@ static bool run_add(struct read_run *run, unsigned int *nr, uint32_t off,
 }
 
 /*
- * The data and hole runs of a sendfile read, from the members: one lseek
- * per stripe piece (target_iomap) says whether the piece starts with a
- * hole and where its data starts; the rest of a piece with data counts as
- * data, zeros or not, which the spec allows (the data never reaches user
- * space to be looked at).  Past REPLY_HOLE_PROBES pieces, the rest is data
- * too, so a huge read costs a bounded number of lookups.
+ * The runs of a read in ->buf: all-zero 4 KiB blocks are holes.  DF asks
+ * for a single content chunk; too fragmented, it is one data chunk.
+ */
+static unsigned int buffer_runs(struct nbd_req *r, struct read_run *run)
+{
+	const uint8_t *buf = r->buf;
+	unsigned int nr = 0;
+
+	if (r->flags & NBD_CMD_FLAG_DF) {
+		run[0] = (struct read_run){ 0, r->len, is_zero(buf, r->len) };
+		return 1;
+	}
+	for (uint32_t off = 0; off < r->len;) {
+		uint32_t n = r->len - off < 4096 ? r->len - off : 4096;
+
+		if (!run_add(run, &nr, off, n,
+			     n == 4096 && is_zero(buf + off, n))) {
+			run[0] = (struct read_run){ 0, r->len, false };
+			return 1;
+		}
+		off += n;
+	}
+	return nr;
+}
+
+/* Stripe pieces of a sendfile read looked at for holes (one lseek each). */
+#define REPLY_HOLE_PROBES 64
+
+/*
+ * The runs of a sendfile read, from the members: one lseek per stripe
+ * piece (target_iomap) says whether the piece starts with a hole and where
+ * its data starts; the rest of a piece with data counts as data, zeros or
+ * not, which the spec allows (the data never reaches user space to be
+ * looked at).  Past REPLY_HOLE_PROBES pieces, the rest is data too, so a
+ * huge read costs a bounded number of lookups.
  */
 static unsigned int sendfile_runs(struct nbd_req *r, struct read_run *run)
 {
@@ -181,27 +141,28 @@ too_many:
 }
 
 /*
- * A read whose data the connection sends from the member files: each data
- * iovec has no base and starts at volume offset ->fpos[i] (see struct
- * nbd_req).  Structured, the holes the members have are hole chunks.
+ * A structured read reply: a chunk per run.  A data chunk's payload is
+ * the request's buffer, or for a sendfile read an iovec with no base that
+ * starts at volume offset ->fpos[its index] (see struct nbd_req).
  */
-static void reply_read_sendfile(struct nbd_req *r)
+static void reply_read_structured(struct nbd_req *r)
 {
 	struct read_run run[SRV_READ_CHUNKS];
-	unsigned int nr, i;
-	uint8_t *h = r->hdr, *p;
+	uint8_t *h = r->hdr;
+	unsigned int nr;
 
-	if (!r->c->opts.structured) {
-		reply_simple(r, false);
-		r->fpos[r->niov] = r->offset;
-		r->iov[r->niov++] = (struct iovec){ NULL, r->len };
+	if (r->len == 0) {
+		chunk_hdr(r, h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, 0);
+		r->iov[0] = (struct iovec){ h, NBD_CHUNK_HDR_BYTES };
+		r->niov = 1;
 		return;
 	}
-	nr = sendfile_runs(r, run);
+	nr = r->sendfile ? sendfile_runs(r, run) : buffer_runs(r, run);
 	r->niov = 0;
-	for (i = 0; i < nr; i++) {
+	for (unsigned int i = 0; i < nr; i++) {
 		uint16_t fl = i + 1 == nr ? NBD_REPLY_FLAG_DONE : 0;
 		uint64_t off = r->offset + run[i].off;
+		uint8_t *p;
 
 		if (run[i].hole) {
 			p = chunk_hdr(r, h, fl, NBD_REPLY_TYPE_OFFSET_HOLE,
@@ -222,7 +183,10 @@ static void reply_read_sendfile(struct nbd_req *r)
 		};
 		h += NBD_CHUNK_HDR_BYTES + CHUNK_OFFSET_DATA_BYTES;
 		r->fpos[r->niov] = off;
-		r->iov[r->niov++] = (struct iovec){ NULL, run[i].len };
+		r->iov[r->niov++] = (struct iovec){
+			r->buf ? (uint8_t *)r->buf + run[i].off : NULL,
+			run[i].len
+		};
 	}
 }
 
@@ -259,9 +223,7 @@ void reply_queue(struct nbd_req *r)
 	struct conn *c = r->c;
 
 	if (r->type == NBD_CMD_READ) {
-		if (r->sendfile && !r->err)
-			reply_read_sendfile(r);
-		else if (!c->opts.structured)
+		if (!c->opts.structured)
 			reply_simple(r, true);
 		else if (r->err)
 			reply_error_chunk(r);
