@@ -78,11 +78,7 @@ _cleanup() {
     for pid in "${_cleanup_pids[@]}"; do
         kill -0 "$pid" 2>/dev/null || continue
         kill -TERM "$pid" 2>/dev/null
-        for ((n = 0; n < 50; n++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null
+        wait_gone "$pid" 5 || kill -KILL "$pid" 2>/dev/null
     done
     for pid in "${_cleanup_pids[@]}"; do
         wait "$pid" 2>/dev/null
@@ -448,18 +444,26 @@ start_server() {
     die "server not ready after 15 s: ${_cmd[*]}"
 }
 
-# _term_and_wait SECONDS: SIGTERM $SERVER_PID, wait for it to exit (die if
-# it outlives SECONDS) and leave its exit status in _term_rc.
-_term_and_wait() {
+# wait_gone PID SECONDS: true once PID (any process, not only a child) is
+# gone, false if it still runs after SECONDS.
+wait_gone() {
     local n
-    _term_rc=0
-    kill -TERM "$SERVER_PID" 2>/dev/null || :
-    for ((n = 0; n < $1 * 20; n++)); do
-        kill -0 "$SERVER_PID" 2>/dev/null || break
+    for ((n = 0; n < $2 * 20; n++)); do
+        kill -0 "$1" 2>/dev/null || return 0
         sleep 0.05
     done
-    kill -0 "$SERVER_PID" 2>/dev/null &&
-        die "server $SERVER_PID still running $1 s after SIGTERM"
+    ! kill -0 "$1" 2>/dev/null
+}
+
+# _term_and_wait SECONDS [SIG]: SIGTERM (or SIG) $SERVER_PID, wait for it
+# to exit (die if it outlives SECONDS) and leave its exit status in
+# _term_rc.
+_term_and_wait() {
+    local sig=${2:-TERM}
+    _term_rc=0
+    kill -"$sig" "$SERVER_PID" 2>/dev/null || :
+    wait_gone "$SERVER_PID" "$1" ||
+        die "server $SERVER_PID still running $1 s after SIG$sig"
     wait "$SERVER_PID" 2>/dev/null || _term_rc=$?
     SERVER_PID=
 }
@@ -513,9 +517,10 @@ server_refuses_once() {
 #                            PID at exit; returns once it accepts
 #                            connections.  Sets NBD_SOCK, NBD_URI,
 #                            SERVER_PID, SERVER_LOG, SERVER_PIDFILE.
-#   stop_bionbd              SIGTERM by PID: the server must exit 0 within
-#                            20 s, remove its socket and pidfile, and leave
-#                            no sanitizer report in its log.
+#   stop_bionbd [SIG]        SIGTERM (or SIG: INT, QUIT) by PID: the server
+#                            must exit 0 within 20 s, remove its socket and
+#                            pidfile, and leave no sanitizer report in its
+#                            log.
 #   check_sanitizer_log FILE FILE holds no AddressSanitizer, LeakSanitizer
 #                            or UBSan report (any build: the patterns never
 #                            match a clean run).
@@ -554,11 +559,11 @@ check_sanitizer_log() {
 
 stop_bionbd() {
     [[ -n $SERVER_PID ]] || return 0
-    _term_and_wait 20
+    _term_and_wait 20 "${1:-TERM}"
     check_sanitizer_log "$SERVER_LOG"
     [[ $_term_rc -eq 0 ]] || {
         sed 's/^/    /' "$SERVER_LOG" >&2
-        die "bionbd exited with status $_term_rc after SIGTERM"
+        die "bionbd exited with status $_term_rc after SIG${1:-TERM}"
     }
     [[ ! -e $NBD_SOCK ]] || die "bionbd left its socket $NBD_SOCK behind"
     [[ ! -e $SERVER_PIDFILE ]] || die "bionbd left its pidfile behind"

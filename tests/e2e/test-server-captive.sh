@@ -143,11 +143,7 @@ log "--exit-with-parent"
   done
   exit 1 ) || die "--exit-with-parent: never served: $(cat "$tmp/p.log")"
 pid=$(cat "$tmp/p.child")
-for ((n = 0; n < 200; n++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-done
-kill -0 "$pid" 2>/dev/null && die "--exit-with-parent: still running after its parent"
+wait_gone "$pid" 10 || die "--exit-with-parent: still running after its parent"
 check_sanitizer_log "$tmp/p.log"
 [[ ! -e $tmp/p.sock ]] || die "--exit-with-parent: socket left behind"
 log "PASS"

@@ -36,12 +36,8 @@ lifecycle() { # PY-ARGS... with the current server's environment
 # wait_exit PID SECONDS: PID (a child of this shell) exits within SECONDS;
 # its exit status in $exit_rc.
 wait_exit() {
-    local pid=$1 n
-    for ((n = 0; n < $2 * 20; n++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.05
-    done
-    kill -0 "$pid" 2>/dev/null && die "pid $pid still running after $2 s"
+    local pid=$1
+    wait_gone "$pid" "$2" || die "pid $pid still running after $2 s"
     exit_rc=0
     wait "$pid" || exit_rc=$?
 }
@@ -151,11 +147,7 @@ kill -0 "$daemon" 2>/dev/null || die "daemon: pid $daemon not running"
 [[ $(nbdinfo --size "nbd+unix:///?socket=$dsock") -eq $((8 << 20)) ]] ||
     die "daemon: nbdinfo --size"
 kill -TERM "$daemon"
-for ((n = 0; n < 300; n++)); do
-    kill -0 "$daemon" 2>/dev/null || break
-    sleep 0.05
-done
-kill -0 "$daemon" 2>/dev/null && die "daemon: still running 15 s after SIGTERM"
+wait_gone "$daemon" 15 || die "daemon: still running 15 s after SIGTERM"
 [[ ! -e $dsock ]] || die "daemon: socket left after SIGTERM"
 [[ ! -e $dpid ]] || die "daemon: pidfile left after SIGTERM"
 for f in "$asan_log".*; do

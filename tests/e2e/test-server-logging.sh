@@ -104,17 +104,8 @@ nbdinfo --size "$NBD_URI" >/dev/null || die "not serving after SIGHUP"
 expect_grep '^bionbd: SIGHUP: log reopened; exports unchanged$' "$SERVER_LOG"
 
 log "SIGQUIT: drain and exit 0"
-kill -QUIT "$SERVER_PID"
-for ((n = 0; n < 200; n++)); do
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.05
-done
-rc=0
-wait "$SERVER_PID" || rc=$?
-[[ $rc -eq 0 ]] || die "SIGQUIT: exit status $rc"
+stop_bionbd QUIT
 expect_grep '^bionbd: Quit: shutting down$' "$SERVER_LOG"
-check_sanitizer_log "$SERVER_LOG"
-SERVER_PID=
 
 # ---- syslog, caught in a private mount namespace
 log "--log=syslog"
