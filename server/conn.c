@@ -19,6 +19,13 @@
  *
  * Closing is deferred to conn_send_dirty too, so no caller up the stack is
  * ever left holding a freed connection.
+ *
+ * TLS: after NBD_OPT_STARTTLS every byte goes through the connection's
+ * GnuTLS session (tls.h) instead of recv/send; sendfile is never chosen
+ * (request.c), and replies leave one TLS record at a time (conn_send_tls).
+ * Decrypted bytes can wait inside the session with the socket itself
+ * empty, so wherever reading stops with the watcher on, conn_read_kick
+ * makes the loop call the reader again.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -38,7 +45,8 @@ static void conn_write_cb(struct ev_loop *loop, ev_io *w, int revents);
 
 static bool conn_closeable(const struct conn *c)
 {
-	return c->draining && !c->inflight && !c->oq_head && !c->olen;
+	return c->draining && !c->inflight && !c->oq_head && !c->olen &&
+	       !c->tls_stage_len;
 }
 
 static void conn_maybe_close(struct conn *c)
@@ -63,7 +71,9 @@ static void conn_free(struct conn *c)
 		c->next->prev = c->prev;
 	w->nr_conns--;
 	nbdl_log(NBDL_DEBUG, "connection closed (fd %d)", c->fd);
+	tls_session_free(c->tls, c->tls_up && !c->dead);
 	close(c->fd);
+	free(c->tls_stage);
 	free(c->optdata);
 	free(c->obuf);
 	free(c->pend);
@@ -100,6 +110,7 @@ static void conn_fail(struct conn *c)
 	 * with EPIPE), leaking the connection and blocking shutdown.
 	 */
 	c->olen = c->ooff = 0;
+	c->tls_stage_len = 0;
 	conn_drop_replies(c);
 	if (c->rx) {
 		req_free(c->rx);
@@ -121,6 +132,32 @@ static void conn_drain(struct conn *c)
 	conn_maybe_close(c);
 }
 
+/* recv(2), or through TLS: bytes, 0 at EOF, or -1 with errno. */
+static ssize_t conn_recv(struct conn *c, void *buf, size_t len)
+{
+	if (c->tls_up)
+		return tls_recv(c->tls, buf, len);
+	return recv(c->fd, buf, len, 0);
+}
+
+/*
+ * Start reading; with TLS, bytes already decrypted would not wake the
+ * watcher, so the reader is called for them at the next loop turn.
+ */
+static void conn_read_kick(struct conn *c)
+{
+	if (c->tls_up && ev_is_active(&c->rio) && tls_pending(c->tls))
+		ev_feed_event(c->w->loop, &c->rio, EV_READ);
+}
+
+static void conn_read_on(struct conn *c)
+{
+	ev_io_start(c->w->loop, &c->rio);
+	conn_read_kick(c);
+}
+
+static void conn_tls_begin(struct conn *c);
+
 /*
  * Send what the handshake queued; returns false if the socket died.  While
  * a reply waits for room the connection reads nothing more, so a client
@@ -130,8 +167,16 @@ static void conn_drain(struct conn *c)
 static bool obuf_send(struct conn *c)
 {
 	while (c->ooff < c->olen) {
-		ssize_t n = send(c->fd, c->obuf + c->ooff, c->olen - c->ooff,
-				 MSG_NOSIGNAL);
+		size_t len = c->olen - c->ooff;
+		ssize_t n;
+
+		/* One record at a time: a retry after EAGAIN is the same. */
+		if (c->tls_up)
+			n = tls_send(c->tls, c->obuf + c->ooff,
+				     len < TLS_RECORD_BYTES ? len :
+							      TLS_RECORD_BYTES);
+		else
+			n = send(c->fd, c->obuf + c->ooff, len, MSG_NOSIGNAL);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -152,8 +197,12 @@ static bool obuf_send(struct conn *c)
 		conn_fail(c);
 		return false;
 	}
-	if (!c->paused && !c->draining)
-		ev_io_start(c->w->loop, &c->rio);
+	if (c->starttls) {
+		conn_tls_begin(c);
+		return !c->dead;
+	}
+	if (!c->paused && !c->draining && c->state != CS_TLS_HANDSHAKE)
+		conn_read_on(c);
 	return true;
 }
 
@@ -210,11 +259,62 @@ void conn_accept(struct worker *w, int fd)
 
 /* ---- handshake ---- */
 
+/* The TLS handshake, a step each time the socket is ready. */
+static void conn_tls_step(struct conn *c)
+{
+	bool want_write;
+	char desc[256];
+	int r = tls_handshake(c->tls, &want_write);
+
+	if (r == -EAGAIN) {
+		if (want_write) {
+			ev_io_stop(c->w->loop, &c->rio);
+			ev_io_start(c->w->loop, &c->wio);
+		} else {
+			ev_io_stop(c->w->loop, &c->wio);
+			ev_io_start(c->w->loop, &c->rio);
+		}
+		return;
+	}
+	if (r) {
+		conn_fail(c);
+		return;
+	}
+	c->tls_up = true;
+	tls_describe(c->tls, desc, sizeof(desc));
+	nbdl_log(NBDL_DEBUG, "TLS on (fd %d): %s", c->fd, desc);
+	hs_tls_done(c);
+	ev_io_stop(c->w->loop, &c->wio);
+	conn_read_on(c);
+}
+
+/* NBD_OPT_STARTTLS's ACK is out: from here on, TLS or nothing. */
+static void conn_tls_begin(struct conn *c)
+{
+	c->starttls = false;
+	c->tls_stage = malloc(TLS_RECORD_BYTES);
+	if (!c->tls_stage ||
+	    tls_session_new(c->w->srv->tls, c->fd, &c->tls)) {
+		nbdl_log(NBDL_ERROR, "TLS session: out of memory");
+		conn_fail(c);
+		return;
+	}
+	c->state = CS_TLS_HANDSHAKE;
+	conn_tls_step(c);
+}
+
+/* Reading client flags or options (not TLS handshake bytes). */
+static bool hs_reading(const struct conn *c)
+{
+	return c->state == CS_CLIENT_FLAGS || c->state == CS_OPT_HDR ||
+	       c->state == CS_OPT_DATA;
+}
+
 static void handshake_read(struct conn *c)
 {
-	while (c->state != CS_TRANSMISSION) {
+	while (hs_reading(c)) {
 		uint8_t *dst = c->state == CS_OPT_DATA ? c->optdata : c->small;
-		ssize_t n = recv(c->fd, dst + c->have, c->need - c->have, 0);
+		ssize_t n = conn_recv(c, dst + c->have, c->need - c->have);
 
 		if (n < 0 && errno == EAGAIN)
 			return;
@@ -237,7 +337,8 @@ static void handshake_read(struct conn *c)
 		if (!obuf_send(c) || c->olen)
 			return; /* dead, or waiting for the client to read */
 	}
-	ev_timer_stop(c->w->loop, &c->hs_timer);
+	if (c->state == CS_TRANSMISSION)
+		ev_timer_stop(c->w->loop, &c->hs_timer);
 }
 
 /* ---- transmission: reading requests ---- */
@@ -357,8 +458,8 @@ static void tx_read(struct conn *c)
 			/* Big payload: straight into its buffer, no copy. */
 			size_t want = r->len - r->have;
 
-			n = recv(c->fd, (uint8_t *)r->buf + r->have,
-				 want < budget ? want : budget, 0);
+			n = conn_recv(c, (uint8_t *)r->buf + r->have,
+				      want < budget ? want : budget);
 			if (n > 0) {
 				budget -= (size_t)n;
 				r->have += (uint32_t)n;
@@ -379,11 +480,12 @@ static void tx_read(struct conn *c)
 					      NBD_REQUEST_BYTES - c->hdr_have :
 					      SRV_RBUF_BYTES;
 
-			n = recv(c->fd, w->rbuf, want, 0);
+			n = conn_recv(c, w->rbuf, want);
 			if (n > 0) {
 				budget -= (size_t)n < budget ? (size_t)n : budget;
 				tx_parse(c, w->rbuf, (size_t)n);
-				if ((size_t)n < want)
+				/* TLS gives a record at a time: go on to EAGAIN. */
+				if ((size_t)n < want && !c->tls_up)
 					return; /* drained; wait for more */
 				continue;
 			}
@@ -419,7 +521,7 @@ static void conn_resume(struct conn *c)
 		if (c->paused || c->dead)
 			return;
 	}
-	ev_io_start(c->w->loop, &c->rio);
+	conn_read_on(c);
 }
 
 static void conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
@@ -427,16 +529,24 @@ static void conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 	struct conn *c = container_of(w, struct conn, rio);
 
 	busypoll_arrival(&c->w->poll, loop);
+	if (c->state == CS_TLS_HANDSHAKE) {
+		conn_tls_step(c);
+		if (c->state == CS_TLS_HANDSHAKE || c->dead)
+			return;
+	}
 	if (c->state != CS_TRANSMISSION) {
 		handshake_read(c);
 		/*
 		 * GO may have been followed by pipelined requests; they are
 		 * read once its reply is out.
 		 */
-		if (c->state != CS_TRANSMISSION || c->dead || c->olen)
+		if (c->state != CS_TRANSMISSION || c->dead || c->olen) {
+			conn_read_kick(c);
 			return;
+		}
 	}
 	tx_read(c);
+	conn_read_kick(c);
 }
 
 /* ---- transmission: sending replies ---- */
@@ -497,11 +607,15 @@ static ssize_t conn_sendfile(struct conn *c, struct nbd_req *r, size_t budget)
  */
 static void conn_sent(struct conn *c, size_t sent)
 {
-	while (sent) {
-		struct nbd_req *r = c->oq_head;
+	struct nbd_req *r;
+
+	/* Empty iovecs are passed over even when nothing more went. */
+	while ((r = c->oq_head)) {
 		struct iovec *v = &r->iov[r->iov_idx];
 
-		if (sent < v->iov_len) {
+		if (r->iov_idx < r->niov && sent < v->iov_len) {
+			if (!sent)
+				return;
 			if (v->iov_base)
 				v->iov_base = (uint8_t *)v->iov_base + sent;
 			else
@@ -509,8 +623,9 @@ static void conn_sent(struct conn *c, size_t sent)
 			v->iov_len -= sent;
 			return;
 		}
-		sent -= v->iov_len;
-		if (++r->iov_idx == r->niov) {
+		if (r->iov_idx < r->niov)
+			sent -= v->iov_len;
+		if (r->iov_idx >= r->niov || ++r->iov_idx == r->niov) {
 			c->oq_head = r->next;
 			if (!c->oq_head)
 				c->oq_tail = &c->oq_head;
@@ -547,6 +662,80 @@ static unsigned int conn_gather(struct conn *c, struct iovec *iov,
 }
 
 /*
+ * Copy the head of the queue into the stage, up to a record: replies of a
+ * few KiB share records and send calls.
+ */
+static void tls_stage_fill(struct conn *c)
+{
+	while (c->oq_head && c->tls_stage_len < TLS_RECORD_BYTES) {
+		struct nbd_req *r = c->oq_head;
+		const struct iovec *v = &r->iov[r->iov_idx];
+		size_t n = TLS_RECORD_BYTES - c->tls_stage_len;
+
+		if (n > v->iov_len)
+			n = v->iov_len;
+		memcpy(c->tls_stage + c->tls_stage_len, v->iov_base, n);
+		c->tls_stage_len += n;
+		conn_sent(c, n);
+	}
+}
+
+/*
+ * conn_send under TLS: one record per call, from the stage or, for a
+ * record's worth of one reply's data, straight from its buffer.  After
+ * EAGAIN the same call must come again: the stage stays as it is, and the
+ * head of the queue does not move until a record from it went.
+ */
+static void conn_send_tls(struct conn *c)
+{
+	size_t budget = SRV_TURN_SEND_BYTES;
+
+	for (;;) {
+		const struct iovec *v = NULL;
+		ssize_t n;
+
+		if (!c->tls_stage_len) {
+			if (!c->oq_head)
+				break;
+			if (!budget) {
+				ev_io_start(c->w->loop, &c->wio);
+				return;
+			}
+			v = &c->oq_head->iov[c->oq_head->iov_idx];
+			if (v->iov_len < TLS_RECORD_BYTES) {
+				tls_stage_fill(c);
+				v = NULL;
+			}
+		}
+		if (v)
+			n = tls_send(c->tls, v->iov_base, TLS_RECORD_BYTES);
+		else
+			n = tls_send(c->tls, c->tls_stage, c->tls_stage_len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN) {
+				ev_io_start(c->w->loop, &c->wio);
+				return;
+			}
+			conn_fail(c);
+			return;
+		}
+		budget -= (size_t)n < budget ? (size_t)n : budget;
+		if (v) {
+			conn_sent(c, (size_t)n);
+		} else {
+			/* A client's smaller record size limit sends less. */
+			c->tls_stage_len -= (size_t)n;
+			memmove(c->tls_stage, c->tls_stage + n, c->tls_stage_len);
+		}
+	}
+	ev_io_stop(c->w->loop, &c->wio);
+	conn_resume(c);
+	conn_maybe_close(c);
+}
+
+/*
  * Send queued replies, at most a turn's budget: memory in one sendmsg for
  * as many iovecs as fit, file data (sendfile reads) by conn_sendfile.
  */
@@ -557,6 +746,10 @@ static void conn_send(struct conn *c)
 
 	if (c->olen)
 		return; /* handshake bytes first; the write watcher is on */
+	if (c->tls_up) {
+		conn_send_tls(c);
+		return;
+	}
 	while (c->oq_head) {
 		struct nbd_req *head = c->oq_head;
 		struct msghdr msg = { .msg_iov = iov };
@@ -600,6 +793,10 @@ static void conn_write_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct conn *c = container_of(w, struct conn, wio);
 
+	if (c->state == CS_TLS_HANDSHAKE) {
+		conn_tls_step(c);
+		return;
+	}
 	if (c->olen && (!obuf_send(c) || c->olen))
 		return; /* dead, or still waiting for room */
 	if (c->state == CS_TRANSMISSION)

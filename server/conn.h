@@ -20,6 +20,7 @@ enum conn_state {
 	CS_CLIENT_FLAGS, /* 4 bytes of client flags */
 	CS_OPT_HDR, /* 16-byte option header */
 	CS_OPT_DATA, /* option payload */
+	CS_TLS_HANDSHAKE, /* after NBD_OPT_STARTTLS's ACK */
 	CS_TRANSMISSION,
 };
 
@@ -45,6 +46,17 @@ struct conn {
 	uint8_t *obuf; /* handshake output */
 	size_t olen, ooff, ocap;
 	bool close_after_send;
+	bool starttls; /* ACK queued: the TLS handshake follows it */
+
+	/*
+	 * TLS (tls.h): from the STARTTLS ACK on, every byte goes through the
+	 * session.  Replies are copied into tls_stage so that small ones
+	 * share a record; a full record's worth goes from its buffer.
+	 */
+	tls_session tls;
+	bool tls_up; /* handshake done */
+	uint8_t *tls_stage; /* TLS_RECORD_BYTES */
+	size_t tls_stage_len;
 
 	/* transmission */
 	struct nbdl_export *exp;

@@ -282,11 +282,51 @@ static int opt_meta_context(struct conn *c)
 	return opt_reply(c, NBD_REP_ACK, NULL, 0);
 }
 
+static int opt_starttls(struct conn *c)
+{
+	if (c->optlen)
+		return opt_error(c, NBD_REP_ERR_INVALID,
+				 "NBD_OPT_STARTTLS takes no data");
+	if (c->w->srv->tls_mode == SRV_TLS_OFF)
+		return opt_error(c, NBD_REP_ERR_POLICY,
+				 "TLS is not enabled on this server");
+	if (c->tls)
+		return opt_error(c, NBD_REP_ERR_INVALID, "TLS is already on");
+	c->starttls = true;
+	return opt_reply(c, NBD_REP_ACK, NULL, 0);
+}
+
+/*
+ * --tls=require (FORCEDTLS): before the upgrade only STARTTLS and ABORT
+ * are answered; EXPORT_NAME cannot be refused, so the connection ends.
+ * Returns true if the option was dealt with here.
+ */
+static bool tls_refused(struct conn *c, int *r)
+{
+	if (c->w->srv->tls_mode != SRV_TLS_REQUIRE || c->tls ||
+	    c->opt == NBD_OPT_STARTTLS || c->opt == NBD_OPT_ABORT)
+		return false;
+	nbdl_log(NBDL_DEBUG, "option %u before NBD_OPT_STARTTLS: refused",
+		 c->opt);
+	if (c->opt == NBD_OPT_EXPORT_NAME) {
+		c->close_after_send = true;
+		*r = 0;
+	} else {
+		*r = opt_error(c, NBD_REP_ERR_TLS_REQD,
+			       "TLS is required: send NBD_OPT_STARTTLS first");
+	}
+	return true;
+}
+
 static int handle_option(struct conn *c)
 {
+	int r;
+
 	if (c->w->stopping)
 		return opt_error(c, NBD_REP_ERR_SHUTDOWN,
 				 "server is shutting down");
+	if (tls_refused(c, &r))
+		return r;
 	switch (c->opt) {
 	case NBD_OPT_EXPORT_NAME:
 		return opt_export_name(c);
@@ -307,6 +347,8 @@ static int handle_option(struct conn *c)
 	case NBD_OPT_LIST_META_CONTEXT:
 	case NBD_OPT_SET_META_CONTEXT:
 		return opt_meta_context(c);
+	case NBD_OPT_STARTTLS:
+		return opt_starttls(c);
 	default:
 		return opt_error(c, NBD_REP_ERR_UNSUP, "option not supported");
 	}
@@ -325,6 +367,15 @@ int hs_start(struct conn *c)
 	c->state = CS_CLIENT_FLAGS;
 	c->need = CLIENT_FLAGS_BYTES;
 	return obuf_add(c, greet, sizeof(greet));
+}
+
+void hs_tls_done(struct conn *c)
+{
+	c->opts = (struct nbdl_conn_opts){ 0 };
+	c->meta_exp = NULL;
+	c->state = CS_OPT_HDR;
+	c->need = NBD_OPT_HDR_BYTES;
+	c->have = 0;
 }
 
 int hs_step(struct conn *c)

@@ -11,7 +11,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,6 +30,7 @@
 #include "options.h"
 #include "run.h"
 #include "server.h"
+#include "tls.h"
 #include "worker.h"
 
 /* Command-line flags that set a srv_options key, kept in order. */
@@ -59,6 +62,11 @@ static struct server srv;
 static int exit_status; /* --run: the command's */
 static char *private_dir; /* --run with nowhere to listen: our socket's */
 
+/* With no member files and no -c: the installed configuration. */
+#ifndef BIONBD_DEFAULT_CONF
+#define BIONBD_DEFAULT_CONF "/etc/bionbd/bionbd.conf"
+#endif
+
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
 static void die(const char *fmt, ...)
@@ -83,6 +91,8 @@ static void usage(FILE *f)
 	      "              [--max-connections N] [--memory SIZE]\n"
 	      "              [--async-min SIZE] [--sendfile-min SIZE]\n"
 	      "              [--run CMD] [--exit-with-parent] [--log DEST] [-v]\n"
+	      "              [--tls MODE] [--tls-certificates DIR] [--tls-psk FILE]\n"
+	      "              [--tls-verify-peer] [-u USER] [-g GROUP]\n"
 	      "              MEMBER...\n"
 	      "       bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-P PIDFILE] [--backend io_uring|threads]\n"
@@ -90,10 +100,12 @@ static void usage(FILE *f)
 	      "              [--max-connections N] [--memory SIZE]\n"
 	      "              [--async-min SIZE] [--sendfile-min SIZE]\n"
 	      "              [--run CMD] [--exit-with-parent] [--log DEST] [-v]\n"
-	      "              -c FILE.conf\n"
+	      "              [--tls MODE] [--tls-certificates DIR] [--tls-psk FILE]\n"
+	      "              [--tls-verify-peer] [-u USER] [-g GROUP]\n"
+	      "              [-c FILE.conf]\n"
 	      "\n"
 	      "Serve a RAID-0 volume striped over MEMBER files (or the exports of\n"
-	      "FILE.conf) over NBD.  Listens on 127.0.0.1:10809 unless -U, -i or\n"
+	      "FILE.conf, by default " BIONBD_DEFAULT_CONF ") over NBD.  Listens on 127.0.0.1:10809 unless -U, -i or\n"
 	      "-p say otherwise (-U alone: the unix socket only), or on the\n"
 	      "sockets a service manager passes (LISTEN_PID/LISTEN_FDS).\n"
 	      "\n"
@@ -133,6 +145,16 @@ static void usage(FILE *f)
 	      "      --exit-with-parent exit when the parent process does\n"
 	      "      --log DEST         stderr, syslog or null (default stderr with\n"
 	      "                         -f, else syslog)\n"
+	      "      --tls MODE         off (default), on (clients may upgrade with\n"
+	      "                         STARTTLS) or require (they must); with\n"
+	      "                         credentials and no --tls: require\n"
+	      "      --tls-certificates DIR  X.509: DIR/server-cert.pem,\n"
+	      "                         server-key.pem, and ca-cert.pem, ca-crl.pem\n"
+	      "      --tls-psk FILE     pre-shared keys (psktool's identity:hexkey)\n"
+	      "      --tls-verify-peer  clients need a certificate ca-cert.pem signed\n"
+	      "  -u, --user USER        drop root to USER once listening, members\n"
+	      "                         and credentials open\n"
+	      "  -g, --group GROUP      drop root's group to GROUP (default: USER's)\n"
 	      "  -v, --verbose          debug messages too\n"
 	      "  -h, --help             this text\n"
 	      "  -V, --version          print the version\n",
@@ -188,13 +210,19 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "log", required_argument, NULL, 'O' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "description", required_argument, NULL, 'D' },
+		{ "tls", required_argument, NULL, 'T' },
+		{ "tls-certificates", required_argument, NULL, 'C' },
+		{ "tls-psk", required_argument, NULL, 'K' },
+		{ "tls-verify-peer", no_argument, NULL, 'Y' },
+		{ "user", required_argument, NULL, 'u' },
+		{ "group", required_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "fU:i:p:rt:e:P:c:vhV", longopts,
+	while ((ch = getopt_long(argc, argv, "fU:i:p:rt:e:P:c:u:g:vhV", longopts,
 				 NULL)) != -1) {
 		switch (ch) {
 		case 'f': cl->foreground = true; break;
@@ -228,6 +256,18 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		case 'O': add_setting(cl, "--log", "log", optarg); break;
 		case 'v': cl->verbose = true; break;
 		case 'D': cl->description = optarg; break;
+		case 'T': add_setting(cl, "--tls", "tls", optarg); break;
+		case 'C':
+			add_setting(cl, "--tls-certificates", "tls-certificates",
+				    optarg);
+			break;
+		case 'K': add_setting(cl, "--tls-psk", "tls-psk", optarg); break;
+		case 'Y':
+			add_setting(cl, "--tls-verify-peer", "tls-verify-peer",
+				    "true");
+			break;
+		case 'u': add_setting(cl, "-u", "user", optarg); break;
+		case 'g': add_setting(cl, "-g", "group", optarg); break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("bionbd %s\n", BIONBD_VERSION); exit(0);
 		default: usage(stderr); exit(1);
@@ -314,8 +354,12 @@ static void log_startup(const struct conf_export *defs,
 			 o->socket ? o->socket : "", o->socket ? ", TCP " : "TCP ",
 			 o->listen ? o->listen : SRV_DEFAULT_LISTEN,
 			 o->port ? o->port : SRV_DEFAULT_PORT);
-	nbdl_log(NBDL_INFO, "serving on %s; %u workers, backend %s (pid %d)",
+	nbdl_log(NBDL_INFO,
+		 "serving on %s; %u workers, backend %s, TLS %s%s%s (pid %d)",
 		 where, srv.nr_workers, ioq_backend_name(srv.backend),
+		 srv_tls_mode_name(srv.tls_mode),
+		 srv.tls_mode && o->tls_psk ? ", PSK" : "",
+		 srv.tls_mode && o->tls_certificates ? ", X.509" : "",
 		 (int)getpid());
 }
 
@@ -332,8 +376,10 @@ static void apply_settings(struct srv_options *o, const struct conf *c,
 		const char *value = kv->value;
 
 		/* Paths in a file are relative to the file. */
-		if (!strcmp(kv->key, "socket") && value[0] && value[0] != '/' &&
-		    c->dir) {
+		if ((!strcmp(kv->key, "socket") ||
+		     !strcmp(kv->key, "tls-certificates") ||
+		     !strcmp(kv->key, "tls-psk")) &&
+		    value[0] && value[0] != '/' && c->dir) {
 			if (asprintf(&path, "%s/%s", c->dir, value) < 0)
 				die("out of memory");
 			value = path;
@@ -528,6 +574,118 @@ static void listen_plan(struct srv_options *o, const struct cmdline *cl,
 		die("out of memory");
 }
 
+/*
+ * TLS: credentials make it "require" unless --tls says otherwise (a key
+ * given is never silently unused by a plaintext server); everything is
+ * read now, before -u/-g.
+ */
+static void tls_setup(const struct srv_options *o)
+{
+	bool creds = o->tls_certificates || o->tls_psk;
+	char err[1024];
+
+	srv.tls_mode = o->tls_set ? o->tls :
+		       creds	 ? SRV_TLS_REQUIRE :
+				   SRV_TLS_OFF;
+	if (srv.tls_mode == SRV_TLS_OFF)
+		return;
+	if (!creds)
+		die("--tls %s: needs --tls-certificates DIR or --tls-psk FILE",
+		    srv_tls_mode_name(srv.tls_mode));
+	if (srv_tls_load(&srv.tls, o->tls_certificates, o->tls_psk,
+			 o->tls_verify_peer, err, sizeof(err)))
+		die("%s", err);
+}
+
+/* A user or group by name, or by number. */
+static bool lookup_id(const char *s, bool group, unsigned int *id,
+		      unsigned int *primary_gid)
+{
+	char *end;
+	unsigned long v;
+
+	if (group) {
+		struct group *g = getgrnam(s);
+
+		if (g) {
+			*id = g->gr_gid;
+			return true;
+		}
+	} else {
+		struct passwd *pw = getpwnam(s);
+
+		if (pw) {
+			*id = pw->pw_uid;
+			*primary_gid = pw->pw_gid;
+			return true;
+		}
+	}
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v >= (unsigned int)-1)
+		return false;
+	*id = (unsigned int)v;
+	*primary_gid = (unsigned int)v;
+	return true;
+}
+
+/* -u/-g, resolved before anything is opened so that a typo costs nothing. */
+struct run_as {
+	bool set;
+	const char *user; /* NULL: -g alone */
+	unsigned int uid, gid;
+};
+
+static void run_as_resolve(const struct srv_options *o, struct run_as *ra)
+{
+	unsigned int pgid = 0;
+
+	*ra = (struct run_as){ .set = o->user || o->group, .user = o->user };
+	if (!ra->set)
+		return;
+	if (o->user && !lookup_id(o->user, false, &ra->uid, &pgid))
+		die("-u %s: no such user", o->user);
+	ra->gid = pgid;
+	if (o->group && !lookup_id(o->group, true, &ra->gid, &pgid))
+		die("-g %s: no such group", o->group);
+	if (geteuid() != 0)
+		die("-u/-g: bionbd must be started as root to change user");
+}
+
+/*
+ * After the listeners, members and credentials are open (their
+ * descriptors stay usable), root goes for good.  What we made that is
+ * removed at exit is handed over first, so that it can be where the
+ * directory lets USER (a sticky /tmp, a directory USER owns).
+ */
+static void drop_privileges(const struct run_as *ra, const char *socket,
+			    const char *pidfile)
+{
+	uid_t owner = ra->user ? ra->uid : (uid_t)-1;
+
+	if (!ra->set)
+		return;
+	if (private_dir && chown(private_dir, owner, ra->gid))
+		die("--run: chown %s: %s", private_dir, strerror(errno));
+	if (socket && chown(socket, owner, ra->gid))
+		die("-u/-g: chown %s: %s", socket, strerror(errno));
+	if (pidfile && chown(pidfile, owner, ra->gid))
+		die("-u/-g: chown %s: %s", pidfile, strerror(errno));
+	/* USER's supplementary groups; none of root's either way. */
+	if (ra->user && getpwnam(ra->user) ? initgroups(ra->user, ra->gid) :
+					     setgroups(1, &ra->gid))
+		die("-u/-g: setgroups: %s", strerror(errno));
+	if (setgid(ra->gid))
+		die("-g: setgid %u: %s", ra->gid, strerror(errno));
+	if (ra->user && setuid(ra->uid))
+		die("-u: setuid %u: %s", ra->uid, strerror(errno));
+	/* Paranoia: a setuid that did not take must not go unnoticed. */
+	if (ra->user && ra->uid != 0 && (setuid(0) == 0 || geteuid() == 0))
+		die("-u %s: could not drop root", ra->user);
+	nbdl_log(NBDL_INFO, "running as uid %u, gid %u", (unsigned int)getuid(),
+		 (unsigned int)getgid());
+}
+
 /* --exit-with-parent: SIGTERM when the parent goes (it may be gone). */
 static void exit_with_parent(void)
 {
@@ -543,6 +701,7 @@ int main(int argc, char **argv)
 {
 	struct cmdline cl = { 0 };
 	struct srv_options o;
+	struct run_as run_as;
 	struct conf *conf = NULL;
 	struct ev_loop *loop;
 	ev_signal sigterm, sigint, sigquit, sighup;
@@ -560,6 +719,9 @@ int main(int argc, char **argv)
 		die("%s", err);
 	/* The captive, the activated and the parent's child stay ours. */
 	cl.foreground |= cl.run || cl.exit_with_parent || activated;
+	/* Nothing to serve named: the installed configuration, if there is. */
+	if (!cl.conf_path && !cl.nr_members && !access(BIONBD_DEFAULT_CONF, F_OK))
+		cl.conf_path = BIONBD_DEFAULT_CONF;
 	srv_options_init(&o);
 	if (cl.conf_path) {
 		if (cl.nr_members || cl.stripe_size || cl.size || cl.export_name ||
@@ -570,6 +732,7 @@ int main(int argc, char **argv)
 			die("%s", err);
 		apply_settings(&o, conf, &cl);
 		listen_plan(&o, &cl, activated);
+		run_as_resolve(&o, &run_as);
 		check_socket(&o);
 		if (nbdl_exports_open(&srv.exports, conf->exports,
 				      conf->nr_exports, cl.readonly, conf->path,
@@ -579,6 +742,7 @@ int main(int argc, char **argv)
 	} else {
 		apply_settings(&o, NULL, &cl);
 		listen_plan(&o, &cl, activated);
+		run_as_resolve(&o, &run_as);
 		check_socket(&o);
 		exports_from_cmdline(&cl);
 	}
@@ -596,6 +760,7 @@ int main(int argc, char **argv)
 		srv.async_min = SRV_AUTO_ASYNC_MIN;
 	srv.sendfile_min = o.sendfile_min_set ? o.sendfile_min :
 						SRV_DEFAULT_SENDFILE_MIN;
+	tls_setup(&o);
 
 	signal(SIGPIPE, SIG_IGN);
 	srv_log_start(o.log_set ? o.log :
@@ -649,6 +814,7 @@ int main(int argc, char **argv)
 
 	if (cl.pidfile)
 		write_pidfile(cl.pidfile);
+	drop_privileges(&run_as, o.socket, cl.pidfile);
 	log_startup(conf ? conf->exports : &cmdline_export, &o, activated);
 	if (ready_fd >= 0)
 		detach_stdio(ready_fd);
@@ -658,6 +824,7 @@ int main(int argc, char **argv)
 			.host = o.listen ? o.listen : SRV_DEFAULT_LISTEN,
 			.port = o.port ? o.port : SRV_DEFAULT_PORT,
 			.export_name = srv.exports[0].name,
+			.tls = srv.tls_mode == SRV_TLS_REQUIRE,
 		};
 
 		if (o.socket && !o.listen && !o.port)
@@ -675,6 +842,7 @@ int main(int argc, char **argv)
 		worker_fini(&srv.workers[i]);
 	free(srv.workers);
 	nbdl_exports_close(srv.exports, srv.nr_exports, srv.backend);
+	srv_tls_free(srv.tls);
 	conf_free(conf);
 	srv_options_release(&o);
 	if (cl.pidfile)

@@ -27,8 +27,26 @@ void srv_options_release(struct srv_options *o)
 	free(o->listen);
 	free(o->port);
 	free(o->socket);
+	free(o->tls_certificates);
+	free(o->tls_psk);
+	free(o->user);
+	free(o->group);
 	memset(o, 0, sizeof(*o));
 }
+
+/* The settings that are a string: a path, an address or a name. */
+static const struct string_key {
+	const char *key;
+	size_t offset; /* of the char * in struct srv_options */
+} string_keys[] = {
+	{ "listen", offsetof(struct srv_options, listen) },
+	{ "socket", offsetof(struct srv_options, socket) },
+	{ "tls-certificates",
+	  offsetof(struct srv_options, tls_certificates) },
+	{ "tls-psk", offsetof(struct srv_options, tls_psk) },
+	{ "user", offsetof(struct srv_options, user) },
+	{ "group", offsetof(struct srv_options, group) },
+};
 
 /* The settings that are a whole number in a range. */
 static const struct uint_key {
@@ -66,13 +84,31 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 {
 	unsigned int n;
 
-	if (!strcmp(key, "listen") || !strcmp(key, "socket")) {
+	for (size_t i = 0; i < sizeof(string_keys) / sizeof(string_keys[0]);
+	     i++) {
+		if (strcmp(key, string_keys[i].key))
+			continue;
 		if (!*value) {
 			snprintf(why, whylen, "empty value");
 			return -EINVAL;
 		}
-		return conf_set_string(key[0] == 'l' ? &o->listen : &o->socket,
-				  value);
+		return conf_set_string(
+			(char **)((char *)o + string_keys[i].offset), value);
+	}
+	if (!strcmp(key, "tls")) {
+		if (srv_tls_mode_parse(value, &o->tls)) {
+			snprintf(why, whylen, "expected off, on or require");
+			return -EINVAL;
+		}
+		o->tls_set = true;
+		return 0;
+	}
+	if (!strcmp(key, "tls-verify-peer")) {
+		if (conf_parse_bool(value, &o->tls_verify_peer)) {
+			snprintf(why, whylen, "expected true or false");
+			return -EINVAL;
+		}
+		return 0;
 	}
 	if (!strcmp(key, "port")) {
 		if (conf_parse_uint(value, 1, 65535, &n)) {
@@ -142,6 +178,7 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 	snprintf(why, whylen,
 		 "unknown key (server keys: listen, port, socket, threads, "
 		 "backend, poll-us, handshake-timeout, max-connections, "
-		 "memory, async-min, sendfile-min, log)");
+		 "memory, async-min, sendfile-min, log, tls, "
+		 "tls-certificates, tls-psk, tls-verify-peer, user, group)");
 	return -ENOENT;
 }

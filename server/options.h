@@ -16,6 +16,7 @@
 #include <bionbd/ioq.h>
 
 #include "log.h"
+#include "tls.h"
 
 #define SRV_DEFAULT_LISTEN "127.0.0.1"
 #define SRV_DEFAULT_PORT "10809"
@@ -64,6 +65,12 @@ struct srv_options {
 	bool log_set; /* else stderr in the foreground, syslog as a daemon */
 	uint64_t memory_bytes; /* buffer cache budget; see memory_set */
 	bool memory_set; /* else derived from the worker count */
+	enum srv_tls_mode tls;
+	bool tls_set; /* else require if credentials are given, or off */
+	char *tls_certificates; /* directory; NULL = none */
+	char *tls_psk; /* psktool file; NULL = none */
+	bool tls_verify_peer;
+	char *user, *group; /* drop root to these; NULL = stay */
 };
 
 /*
@@ -78,7 +85,8 @@ void srv_options_release(struct srv_options *o);
  * srv_option_set - apply one setting: "listen", "port", "socket",
  *                  "threads", "backend", "poll-us", "handshake-timeout",
  *                  "max-connections", "memory", "async-min",
- *                  "sendfile-min", "log"
+ *                  "sendfile-min", "log", "tls", "tls-certificates",
+ *                  "tls-psk", "tls-verify-peer", "user", "group"
  * @why: on -EINVAL, what is wrong with @value (callers name the key or
  *       flag, and the file and line)
  *

@@ -83,7 +83,7 @@ static bool req_sendfile_ok(const struct conn *c, uint32_t len)
 {
 	uint32_t min = c->w->srv->sendfile_min;
 
-	return c->unix_sock && min && len >= min && c->exp->iomap;
+	return c->unix_sock && !c->tls && min && len >= min && c->exp->iomap;
 }
 
 /* ---- parsing ---- */

@@ -45,7 +45,7 @@ char *run_uri(const struct run_addr *a)
 	if (!f)
 		return NULL;
 	if (a->socket) {
-		fputs("nbd+unix:///", f);
+		fputs(a->tls ? "nbds+unix:///" : "nbd+unix:///", f);
 		pct_encode(f, a->export_name, false);
 		fputs("?socket=", f);
 		pct_encode(f, a->socket, true);
@@ -54,8 +54,8 @@ char *run_uri(const struct run_addr *a)
 		if (!host || !*host || !strcmp(host, "0.0.0.0") ||
 		    !strcmp(host, "::"))
 			host = "localhost";
-		fprintf(f, strchr(host, ':') ? "nbd://[%s]:%s/" : "nbd://%s:%s/",
-			host, a->port);
+		fprintf(f, strchr(host, ':') ? "%s://[%s]:%s/" : "%s://%s:%s/",
+			a->tls ? "nbds" : "nbd", host, a->port);
 		pct_encode(f, a->export_name, false);
 	}
 	if (fclose(f)) {

@@ -7,6 +7,8 @@
 #ifndef BIONBD_RUN_H
 #define BIONBD_RUN_H
 
+#include <stdbool.h>
+
 #include <ev.h>
 
 /* Where the server listens, as the command is told (NULL: not there). */
@@ -15,6 +17,7 @@ struct run_addr {
 	const char *host; /* TCP address as given to -i */
 	const char *port; /* TCP port */
 	const char *export_name; /* the default export's name */
+	bool tls; /* --tls=require: nbds:// and nbds+unix:// */
 };
 
 /**

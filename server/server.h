@@ -22,6 +22,7 @@
 #include <bionbd/nbdl.h>
 
 #include "bufcache.h"
+#include "tls.h"
 
 #define container_of(ptr, type, member)                                        \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -87,6 +88,8 @@ struct server {
 	unsigned int max_conns;
 	uint32_t async_min; /* requests this large: REQ_ASYNC; 0 = none */
 	uint32_t sendfile_min; /* unix read replies this large; 0 = none */
+	enum srv_tls_mode tls_mode;
+	struct srv_tls *tls; /* credentials; NULL when tls_mode is off */
 	atomic_uint nr_conns; /* accepted and not yet closed, all workers */
 	struct buf_pool bufs; /* the budget of every worker's buffer cache */
 	atomic_bool stopping;

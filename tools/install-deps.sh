@@ -7,10 +7,11 @@ set -euo pipefail
 pkgs=(
   # build
   build-essential cmake pkg-config
-  liburing-dev libev-dev libinih-dev
+  liburing-dev libev-dev libinih-dev libgnutls28-dev
   nbdkit nbdkit-plugin-dev libnbd-dev
   # tests: real clients and fault injection
   libnbd-bin python3 python3-libnbd qemu-utils fio fuse3 procps util-linux
+  gnutls-bin
   strace e2fsprogs
   # fuzzing (tools/fuzz.sh): clang, and its runtimes (libFuzzer, ASan) that
   # --no-install-recommends would leave out

@@ -507,6 +507,62 @@ server_refuses_once() {
     fi
 }
 
+# ------------------------------------------------------------ TLS keys
+#
+# make_tls_keys DIR: keys made here, for this run (gnutls-bin), all valid
+# for two days:
+#   DIR/server/   ca-cert.pem server-cert.pem server-key.pem (for
+#                 --tls-certificates; the server certificate names
+#                 localhost and 127.0.0.1)
+#   DIR/client/   ca-cert.pem client-cert.pem client-key.pem (libnbd's
+#                 tls-certificates= and qemu's tls-creds-x509 dir=)
+#   DIR/rogue/    the same for a client whose certificate another CA signed
+#   DIR/psk/keys.psk    identity "alice" (qemu's tls-creds-psk dir=)
+#   DIR/wrong.psk       "alice" with another key
+#   DIR/mallory.psk     "mallory", whom the server does not know
+make_tls_keys() {
+    local d=$1 ca
+    requires certtool
+    requires psktool
+    mkdir -p "$d/server" "$d/client" "$d/rogue" "$d/psk" "$d/ca"
+    # ECDSA: RSA keys take seconds each to make.
+    _key() { certtool --generate-privkey --key-type=ecdsa --outfile "$1" 2>/dev/null; }
+    _tmpl() { printf '%s\n' "expiration_days = 2" "$@" >"$d/ca/tmpl"; }
+    for ca in good rogue; do
+        _key "$d/ca/$ca-key.pem"
+        _tmpl "cn = bionbd test CA $ca" ca cert_signing_key
+        certtool --generate-self-signed --load-privkey "$d/ca/$ca-key.pem" \
+            --template "$d/ca/tmpl" --outfile "$d/ca/$ca-cert.pem" 2>/dev/null
+    done
+    # _cert KEY OUT CA TEMPLATE-LINES...
+    _cert() {
+        local key=$1 out=$2 ca=$3
+        shift 3
+        _key "$key"
+        _tmpl "$@"
+        certtool --generate-certificate --load-privkey "$key" \
+            --load-ca-certificate "$d/ca/$ca-cert.pem" \
+            --load-ca-privkey "$d/ca/$ca-key.pem" --template "$d/ca/tmpl" \
+            --outfile "$out" 2>/dev/null
+    }
+    _cert "$d/server/server-key.pem" "$d/server/server-cert.pem" good \
+        "cn = localhost" "dns_name = localhost" "ip_address = 127.0.0.1" \
+        tls_www_server encryption_key signing_key
+    _cert "$d/client/client-key.pem" "$d/client/client-cert.pem" good \
+        "cn = bionbd test client" tls_www_client encryption_key signing_key
+    _cert "$d/rogue/client-key.pem" "$d/rogue/client-cert.pem" rogue \
+        "cn = bionbd rogue client" tls_www_client encryption_key signing_key
+    cp "$d/ca/good-cert.pem" "$d/server/ca-cert.pem"
+    cp "$d/ca/good-cert.pem" "$d/client/ca-cert.pem"
+    # The rogue client trusts our server; the server does not trust it.
+    cp "$d/ca/good-cert.pem" "$d/rogue/ca-cert.pem"
+    psktool -u alice -p "$d/psk/keys.psk" >/dev/null
+    psktool -u alice -p "$d/wrong.psk" >/dev/null
+    psktool -u mallory -p "$d/mallory.psk" >/dev/null
+    [[ -s $d/server/server-cert.pem && -s $d/rogue/client-cert.pem &&
+        -s $d/psk/keys.psk ]] || die "make_tls_keys: certtool/psktool failed"
+}
+
 # ------------------------------------------------------------ bionbd itself
 #
 # The native server's own suites (test-server-*.sh) need its real flags

@@ -11,11 +11,18 @@ the server: every constant below is the spec's.  Not a test itself.
     size, tflags = c.go("")         # NBD_OPT_GO, returns at the ACK
     c.request(CMD_READ, cookie=1, offset=0, length=4096)
     r = c.reply()                   # one simple reply or structured chunk
+
+With NBD_TLS_CA set (a CA certificate file), every Raw connection that
+sends valid client flags upgrades with NBD_OPT_STARTTLS right after them
+and talks TLS from then on (server certificate for "localhost"), so a
+suite written for plaintext runs unchanged against --tls=require.
 """
 import os
 import socket
+import ssl
 import struct
 import sys
+import threading
 import time
 
 TEST = os.environ.get("TEST_NAME", "nbd_raw")
@@ -62,6 +69,7 @@ REP_ERR_UNSUP = (1 << 31) | 1
 REP_ERR_POLICY = (1 << 31) | 2
 REP_ERR_INVALID = (1 << 31) | 3
 REP_ERR_UNKNOWN = (1 << 31) | 6
+REP_ERR_TLS_REQD = (1 << 31) | 5
 
 INFO_EXPORT = 0
 INFO_NAME = 1
@@ -143,11 +151,118 @@ class Reply:
                 f"error={self.error}>")
 
 
+class TLSSock:
+    """TLS over a connected socket, with the socket calls Raw and the
+    suites use (sendall, recv, shutdown, settimeout, close), from one
+    reading and one writing thread at a time (the pipelined cases).
+    Memory BIOs rather than ssl.SSLSocket: its shutdown() drops TLS
+    altogether, while here shutdown(SHUT_WR) sends close_notify and
+    reading goes on (a TLS half-close).
+
+    Locks: obj_lock around the TLS state (short, never held across a
+    socket call); send_lock from taking ciphertext to its sending, so
+    records reach the socket in the order they were made."""
+
+    def __init__(self, sock, ctx, hostname="localhost"):
+        self.raw = sock
+        self.inc = ssl.MemoryBIO()
+        self.out = ssl.MemoryBIO()
+        self.obj = ctx.wrap_bio(self.inc, self.out, server_hostname=hostname)
+        self.obj_lock = threading.Lock()
+        self.send_lock = threading.Lock()
+        while True:
+            try:
+                self.obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._flush()
+                self._feed()
+        self._flush()
+
+    def _flush(self):
+        with self.send_lock:
+            with self.obj_lock:
+                data = self.out.read()
+            if data:
+                self.raw.sendall(data)
+
+    def _feed(self):
+        d = self.raw.recv(1 << 20)
+        with self.obj_lock:
+            if d:
+                self.inc.write(d)
+            else:
+                self.inc.write_eof()
+
+    def sendall(self, data):
+        # Encrypted whole, then one send: the bytes reach the socket at
+        # once, as a plaintext sendall's would.
+        view = memoryview(data)
+        with self.send_lock:
+            with self.obj_lock:
+                while view:
+                    view = view[self.obj.write(view[:16384]):]
+                out = self.out.read()
+            self.raw.sendall(out)
+
+    def recv(self, n):
+        while True:
+            try:
+                with self.obj_lock:
+                    data = self.obj.read(n)
+                    owe = self.out.pending
+                if owe:
+                    self._flush()
+                return data
+            except ssl.SSLWantReadError:
+                pass
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return b""
+            except ssl.SSLError as e:
+                raise ConnectionResetError(str(e))
+            self._flush()
+            self._feed()
+
+    def shutdown(self, how):
+        if how in (socket.SHUT_WR, socket.SHUT_RDWR):
+            try:
+                with self.obj_lock:
+                    self.obj.unwrap()
+            except ssl.SSLError:
+                pass  # close_notify is out; the peer's is not awaited
+            try:
+                self._flush()
+            except OSError:
+                pass
+        self.raw.shutdown(how)
+
+    def settimeout(self, t):
+        self.raw.settimeout(t)
+
+    def close(self):
+        self.raw.close()
+
+
+def tls_context(cafile, certfile=None, keyfile=None):
+    ctx = ssl.create_default_context(cafile=cafile)
+    if certfile:
+        ctx.load_cert_chain(certfile, keyfile)
+    return ctx
+
+
+_TLS_CA = os.environ.get("NBD_TLS_CA")
+
+
 class Raw:
-    def __init__(self, path, timeout=10.0, greet=True):
+    def __init__(self, path, timeout=10.0, greet=True, tls=None):
+        """tls: an SSLContext to upgrade with after valid client flags;
+        default from $NBD_TLS_CA, False for plaintext."""
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         self.sock.connect(path)
+        if tls is None and _TLS_CA:
+            tls = tls_context(_TLS_CA)
+        self.tls = tls or None
         self.structured = False
         self.lengths = {}  # cookie -> read length, to parse simple replies
         self.gflags = None
@@ -179,7 +294,7 @@ class Raw:
             b = self.sock.recv(65536)
         except ConnectionResetError:
             b = b""
-        except socket.timeout:
+        except (socket.timeout, TimeoutError):
             raise Fail(f"{what}: connection still open after {timeout} s")
         check(b == b"", f"{what}: expected the connection to close, got "
               f"{len(b)} more bytes: {b[:32].hex()}")
@@ -198,6 +313,17 @@ class Raw:
 
     def client_flags(self, flags):
         self.send(struct.pack(">I", flags))
+        known = FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES
+        if self.tls and flags & FLAG_C_FIXED_NEWSTYLE and not flags & ~known:
+            self.starttls(self.tls)
+
+    def starttls(self, ctx):
+        """NBD_OPT_STARTTLS, which must be acknowledged, then TLS."""
+        self.send_opt(OPT_STARTTLS)
+        rtype, data = self.opt_reply(OPT_STARTTLS)
+        check(rtype == REP_ACK and data == b"",
+              f"STARTTLS answered {rtype:#x}")
+        self.sock = TLSSock(self.sock, ctx)
 
     def start(self, structured=True):
         """Client flags, and structured replies if asked."""

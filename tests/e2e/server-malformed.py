@@ -31,7 +31,8 @@ pid = int(os.environ["SERVER_PID"])
 size = int(os.environ["SIZE"])
 K, M = 1024, 1 << 20
 MAX = 32 * M
-uri = f"nbd+unix:///?socket={sock}"
+# nbdinfo checks the server between cases (NBD_URI: over TLS, say).
+uri = os.environ.get("NBD_URI", f"nbd+unix:///?socket={sock}")
 
 
 def wait_conns(want, what, limit=10.0):
@@ -115,12 +116,16 @@ def absurd_option_length():
 def unknown_option():
     c = Raw(sock)
     c.start(structured=False)
-    for opt, data in ((0x4242, b""), (0x7FFFFFFF, b"x" * 100),
-                      (raw.OPT_STARTTLS, b""), (0x4343, b"y" * 60000)):
+    # STARTTLS: refused by policy without TLS, invalid once TLS is on.
+    tls_rep = raw.REP_ERR_INVALID if c.tls else raw.REP_ERR_POLICY
+    for opt, data, want in ((0x4242, b"", REP_ERR_UNSUP),
+                            (0x7FFFFFFF, b"x" * 100, REP_ERR_UNSUP),
+                            (raw.OPT_STARTTLS, b"", tls_rep),
+                            (0x4343, b"y" * 60000, REP_ERR_UNSUP)):
         c.send_opt(opt, data)
         rtype, _ = c.opt_reply(opt)
-        check(rtype == REP_ERR_UNSUP,
-              f"unknown option {opt:#x}: reply {rtype:#x}")
+        check(rtype == want,
+              f"option {opt:#x}: reply {rtype:#x}, expected {want:#x}")
     # The handshake goes on.
     c.send_opt(OPT_STRUCTURED_REPLY)
     check(c.opt_reply(OPT_STRUCTURED_REPLY)[0] == REP_ACK,

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Description: -u/-g.  Started as root with -u nobody -g nogroup, bionbd
+# runs as uid and gid 65534 with no supplementary group of root's (read
+# from /proc), while the members root created and opened stay usable:
+# nbdcopy writes 16 MiB of random data and reads it back the same, and
+# SIGTERM still exits 0 and removes its socket and pidfile.  -u alone
+# takes the user's group.  --run's command runs as the user and the
+# private socket directory is still removed.  An unknown user or group,
+# and -u when not started as root, are one line and exit 1.
+source "$(dirname "$0")/functions.sh"
+
+requires_root
+requires nbdcopy
+requires setpriv
+make_tmpdir
+
+# The socket and pidfile must stay removable by nobody: bionbd hands them
+# over, and a sticky directory lets their owner remove them.
+chmod 1777 "$tmp"
+m=("$tmp/m0" "$tmp/m1")
+
+# ids PID: "uid gid groups" of a running process.
+ids() {
+    awk '/^Uid:/ { u = $2 "," $3 "," $4 "," $5 }
+         /^Gid:/ { g = $2 "," $3 "," $4 "," $5 }
+         /^Groups:/ { $1 = ""; gr = $0 }
+         END { print u, g, "[" gr "]" }' "/proc/$1/status"
+}
+
+log "-u nobody -g nogroup: ids, and the members still usable"
+start_bionbd -u nobody -g nogroup --size 32M "${m[@]}"
+[[ $(stat -c %u "$tmp/m0") -eq 0 ]] || die "members should be root's"
+got=$(ids "$SERVER_PID")
+[[ $got == "65534,65534,65534,65534 65534,65534,65534,65534 [ 65534]" ]] ||
+    die "expected uid/gid 65534 and groups [65534], /proc says: $got"
+expect_grep "running as uid 65534, gid 65534" "$SERVER_LOG"
+head -c $((16 << 20)) /dev/urandom >"$tmp/src"
+nbdcopy "$tmp/src" "$NBD_URI" || die "nbdcopy in as nobody"
+nbdcopy "$NBD_URI" "$tmp/back" || die "nbdcopy out as nobody"
+cmp "$tmp/src" <(head -c $((16 << 20)) "$tmp/back") || die "data differs"
+stop_bionbd
+
+log "-u alone: the user's own group"
+start_bionbd -u nobody "${m[@]}"
+got=$(ids "$SERVER_PID")
+[[ $got == "65534,65534,65534,65534 65534,65534,65534,65534 "* ]] ||
+    die "-u nobody: /proc says $got"
+stop_bionbd
+
+log "--run -u nobody: the command runs as nobody; no private directory left"
+private_dirs() { compgen -G '/tmp/bionbd-??????' | sort || true; }
+before=$(private_dirs)
+out=$(timeout 60 "$BIONBD" -u nobody --run 'id -u; nbdinfo --size "$uri"' \
+    "${m[@]}" 2>"$tmp/run.log") || die "--run -u: $(cat "$tmp/run.log")"
+check_sanitizer_log "$tmp/run.log"
+[[ $out == $'65534\n33554432' ]] || die "--run -u nobody said: $out"
+[[ $(private_dirs) == "$before" ]] || die "--run -u left $(private_dirs) behind"
+
+log "mistakes: one line, exit 1"
+refused() {
+    local rc=0
+    "$@" >"$tmp/err" 2>&1 </dev/null || rc=$?
+    [[ $rc -eq 1 && $(grep -c . "$tmp/err") -eq 1 ]] || {
+        sed 's/^/    /' "$tmp/err" >&2
+        die "expected one line and exit 1 (got $rc): $*"
+    }
+}
+refused "$BIONBD" -f -U "$tmp/x.sock" -u no-such-user-here "${m[@]}"
+expect_grep "no such user" "$tmp/err"
+[[ ! -e $tmp/x.sock ]] || die "-u with an unknown user left its socket"
+refused "$BIONBD" -f -U "$tmp/x.sock" -g no-such-group-here "${m[@]}"
+expect_grep "no such group" "$tmp/err"
+chmod 666 "$tmp/m0" "$tmp/m1"
+refused setpriv --reuid=65534 --regid=65534 --clear-groups \
+    "$BIONBD" -f -U "$tmp/x.sock" -u nobody "${m[@]}"
+expect_grep "must be started as root" "$tmp/err"
+[[ ! -e $tmp/x.sock ]] || die "a refused start left its socket"
+log "ok"
