@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
@@ -43,6 +44,7 @@
 #include <bionbd/config.h>
 #include <bionbd/ioq.h>
 #include <bionbd/nbdl.h>
+#include <bionbd/target.h>
 
 #ifndef BIONBD_VERSION
 #define BIONBD_VERSION "unknown"
@@ -66,6 +68,16 @@ static bool conf_backend_set;
 /* What this run serves; a connection's handle points at one of these. */
 static struct nbdl_export *exports;
 static unsigned int nr_exports;
+static struct stripe_geom *geoms; /* exports[i]'s layout, for bio.stripes */
+
+/*
+ * Debug flags (nbdkit -D bio.requests=1 ...; plugin.syms exports them):
+ *   bio.requests  one line per request: command, range, flags, the result
+ *                 and how long it took
+ *   bio.stripes   and the member pieces the stripe split it into
+ */
+NBDKIT_DLL_PUBLIC int bio_debug_requests;
+NBDKIT_DLL_PUBLIC int bio_debug_stripes;
 
 /* -------- per-thread I/O queues */
 
@@ -144,6 +156,64 @@ static inline int thread_ioq(void)
 
 /* -------- requests */
 
+static const char *cmd_name(uint16_t type)
+{
+	static const char *const names[] = {
+		[NBD_CMD_READ] = "READ",	 [NBD_CMD_WRITE] = "WRITE",
+		[NBD_CMD_FLUSH] = "FLUSH",	 [NBD_CMD_TRIM] = "TRIM",
+		[NBD_CMD_CACHE] = "CACHE",	 [NBD_CMD_WRITE_ZEROES] = "ZERO",
+		[NBD_CMD_BLOCK_STATUS] = "BLOCK_STATUS",
+	};
+
+	return type < sizeof(names) / sizeof(names[0]) && names[type] ?
+		       names[type] :
+		       "?";
+}
+
+/* bio.stripes: the pieces of [offset, offset + count), eight at most. */
+static void debug_stripes(const struct nbdl_export *e, uint64_t offset,
+			  uint32_t count)
+{
+	const struct stripe_geom *g = &geoms[e - exports];
+	char line[512];
+	size_t n = 0;
+	unsigned int pieces = 0;
+
+	line[0] = 0;
+	while (count && n < sizeof(line)) {
+		struct stripe_piece p;
+
+		stripe_map(g, offset, count, &p);
+		if (++pieces > 8) {
+			snprintf(line + n, sizeof(line) - n, " ...");
+			break;
+		}
+		n += (size_t)snprintf(line + n, sizeof(line) - n,
+				      " m%u@%" PRIu64 "+%" PRIu64, p.member,
+				      p.member_offset, p.length);
+		offset += p.length;
+		count -= (uint32_t)p.length;
+	}
+	nbdkit_debug("bio: pieces:%s", line);
+}
+
+static void debug_request(const struct nbdl_export *e, uint16_t type,
+			  uint16_t nbd_flags, uint32_t count, uint64_t offset,
+			  int r, const struct timespec *t0)
+{
+	struct timespec t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	nbdkit_debug("bio: %s export '%s' offset %" PRIu64 " length %" PRIu32
+		     " flags %#x: %s, %ld us",
+		     cmd_name(type), e->name, offset, count, nbd_flags,
+		     r ? strerror(-r) : "ok",
+		     (long)((t1.tv_sec - t0->tv_sec) * 1000000 +
+			    (t1.tv_nsec - t0->tv_nsec) / 1000));
+	if (bio_debug_stripes && count && type != NBD_CMD_FLUSH)
+		debug_stripes(e, offset, count);
+}
+
 /*
  * Run NBD command @type on this thread's queue; nbdkit has checked the
  * range and the flags.  Returns 0, or -1 with errno set to what nbdkit
@@ -152,11 +222,17 @@ static inline int thread_ioq(void)
 static int run(void *handle, uint16_t type, uint16_t nbd_flags, void *buf,
 	       uint32_t count, uint64_t offset, struct bio_extents *ext)
 {
+	bool debug = unlikely(bio_debug_requests || bio_debug_stripes);
+	struct timespec t0;
 	int r = thread_ioq();
 
+	if (debug)
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (!r)
 		r = nbdl_do(handle, type, nbd_flags, buf, offset, count, ext,
 			    SIZE_MAX);
+	if (debug)
+		debug_request(handle, type, nbd_flags, count, offset, r, &t0);
 	if (!r)
 		return 0;
 	errno = nbdl_nbd_to_errno(nbdl_errno_to_nbd(r, type, nbd_flags));
@@ -210,6 +286,8 @@ static void bio_unload(void)
 	nbdl_exports_close(exports, nr_exports, backend);
 	exports = NULL;
 	nr_exports = 0;
+	free(geoms);
+	geoms = NULL;
 	conf_free(conf);
 	conf = NULL;
 	conf_export_release(&cmdline);
@@ -394,6 +472,15 @@ static int bio_get_ready(void)
 		return -1;
 	}
 	nr_exports = n;
+	geoms = calloc(n, sizeof(*geoms));
+	if (!geoms) {
+		nbdkit_error("out of memory");
+		return -1;
+	}
+	/* Checked by nbdl_exports_open already: this cannot fail. */
+	for (i = 0; i < n; i++)
+		stripe_geom_init(&geoms[i], defs[i].nr_members,
+				 defs[i].chunk_bytes);
 	for (i = 0; i < n; i++)
 		nbdkit_debug("export '%s': %u members, stripe %" PRIu64
 			     ", %" PRIu64 " bytes%s, backend %s",
