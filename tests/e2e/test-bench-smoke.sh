@@ -230,6 +230,29 @@ for r in runs:
 ' "$out/latest.json" || die "qemu-img bench runs are malformed"
 fi
 
+# ------------------------------------------------------------ TLS rows
+
+if command -v psktool >/dev/null && command -v cc >/dev/null; then
+    log "a TLS row (PSK, ChaCha20 disabled for every process)"
+    out=$tmp/run5
+    bench_run "$out" 0 --servers bionbd,nbdkit-file,fio-direct \
+        --workloads tls-randread4k-qd32 --rounds 1 --runtime 0.2
+    no_leftovers "$out"
+    expect_grep '^\| tls-randread4k-qd32 \| [0-9.]+k? \([0-9.]+×\) \| [0-9.]+k? \| n/a \|' \
+        "$out/latest.md"
+    "$PY" -c '
+import json, sys
+js = json.load(open(sys.argv[1]))
+for s in ("bionbd", "nbdkit-file"):
+    t = js["servers"][s]["tls"]
+    assert t["status"] == "ok" and "--tls=require" in t["command"], t
+    assert t["uri"].startswith("nbds+unix://alice@"), t
+assert js["servers"]["fio-direct"]["tls"]["status"] == "n/a"
+assert len(js["runs"]) == 2, js["runs"]
+assert all(r["error"] is None and r["iops"] > 0 for r in js["runs"]), js["runs"]
+' "$out/latest.json" || die "TLS runs are malformed"
+fi
+
 # ------------------------------------------------------------ a missing peer
 
 log "a build tree without our servers: rows must say MISSING"

@@ -3,7 +3,8 @@
 # Description: TLS (--tls, --tls-psk, --tls-certificates,
 # --tls-verify-peer), keys made here with psktool and certtool.  PSK under
 # --tls=require: nbdinfo, nbdcopy (64 MiB of random data in and out, and
-# compared) and qemu-img (tls-creds-psk) work; a plaintext client is
+# compared) and qemu-img (tls-creds-psk) work, over TLS 1.3 with AES-GCM
+# where the CPU has AES instructions; a plaintext client is
 # refused, as are a wrong key and an unknown identity, and the server goes
 # on serving.  X.509 with --tls-verify-peer: nbdinfo and qemu-img
 # (tls-creds-x509) with a client certificate our CA signed work; without
@@ -36,7 +37,7 @@ x509_uri() { echo "nbds+unix:///?socket=$NBD_SOCK&tls-certificates=$1"; }
 qemu_opts() { echo "driver=nbd,server.type=unix,server.path=$NBD_SOCK,tls-creds=t0,tls-hostname=localhost"; }
 
 log "PSK, --tls=require: nbdinfo, nbdcopy, qemu-img"
-start_bionbd --tls=require --tls-psk "$K/psk/keys.psk" --size $SIZE "${m[@]}"
+start_bionbd -v --tls=require --tls-psk "$K/psk/keys.psk" --size $SIZE "${m[@]}"
 expect_grep "TLS require, PSK" "$SERVER_LOG"
 [[ $(nbdinfo --size "$(psk_uri "$K/psk/keys.psk")") == $((64 << 20)) ]] ||
     die "nbdinfo over TLS-PSK"
@@ -49,6 +50,12 @@ cmp "$tmp/src" "$tmp/back" || die "nbdcopy over TLS: data differs"
 qemu-img convert -O raw --object tls-creds-psk,id=t0,dir="$K/psk",username=alice,endpoint=client \
     --image-opts "$(qemu_opts)" "$tmp/qback" || die "qemu-img over TLS-PSK"
 cmp "$tmp/src" "$tmp/qback" || die "qemu-img over TLS-PSK: data differs"
+expect_grep "TLS on \(fd [0-9]+\): \(TLS1.3\).*PSK identity 'alice'" "$SERVER_LOG"
+# With AES in hardware the server's order wins over libnbd's ChaCha20.
+if grep -qw aes /proc/cpuinfo && grep -qw pclmulqdq /proc/cpuinfo; then
+    expect_grep "TLS on .*AES-128-GCM" "$SERVER_LOG"
+    expect_no_grep "TLS on .*CHACHA20" "$SERVER_LOG"
+fi
 
 log "PSK: plaintext, a wrong key and an unknown identity are refused"
 expect_fail nbdinfo --size "$NBD_URI"
