@@ -105,9 +105,10 @@ static void usage(FILE *f)
 	      "              [-c FILE.conf]\n"
 	      "\n"
 	      "Serve a RAID-0 volume striped over MEMBER files (or the exports of\n"
-	      "FILE.conf, by default " BIONBD_DEFAULT_CONF ") over NBD.  Listens on 127.0.0.1:10809 unless -U, -i or\n"
-	      "-p say otherwise (-U alone: the unix socket only), or on the\n"
-	      "sockets a service manager passes (LISTEN_PID/LISTEN_FDS).\n"
+	      "FILE.conf; with neither, of " BIONBD_DEFAULT_CONF ") over NBD.\n"
+	      "Listens on 127.0.0.1:10809 unless -U, -i or -p say otherwise (-U\n"
+	      "alone: the unix socket only), or on the sockets a service manager\n"
+	      "passes (LISTEN_PID/LISTEN_FDS).\n"
 	      "\n"
 	      "  -f, --foreground       do not fork into the background\n"
 	      "  -U, --unix SOCK        listen on a unix socket\n"
@@ -733,6 +734,7 @@ int main(int argc, char **argv)
 		apply_settings(&o, conf, &cl);
 		listen_plan(&o, &cl, activated);
 		run_as_resolve(&o, &run_as);
+		tls_setup(&o);
 		check_socket(&o);
 		if (nbdl_exports_open(&srv.exports, conf->exports,
 				      conf->nr_exports, cl.readonly, conf->path,
@@ -743,6 +745,7 @@ int main(int argc, char **argv)
 		apply_settings(&o, NULL, &cl);
 		listen_plan(&o, &cl, activated);
 		run_as_resolve(&o, &run_as);
+		tls_setup(&o);
 		check_socket(&o);
 		exports_from_cmdline(&cl);
 	}
@@ -760,7 +763,6 @@ int main(int argc, char **argv)
 		srv.async_min = SRV_AUTO_ASYNC_MIN;
 	srv.sendfile_min = o.sendfile_min_set ? o.sendfile_min :
 						SRV_DEFAULT_SENDFILE_MIN;
-	tls_setup(&o);
 
 	signal(SIGPIPE, SIG_IGN);
 	srv_log_start(o.log_set ? o.log :

@@ -127,6 +127,12 @@ bad_tls() {
 }
 bad_tls --tls=require
 expect_grep "needs --tls-certificates DIR or --tls-psk FILE" "$tmp/bad.err"
+# Checked before any member is created.
+rc=0
+"$BIONBD" -f -U "$tmp/bad.sock" --tls-psk "$tmp/no-such.psk" --size 16M \
+    "$tmp/new0" "$tmp/new1" >"$tmp/bad.err" 2>&1 || rc=$?
+[[ $rc -eq 1 && ! -e $tmp/new0 && ! -e $tmp/new1 ]] ||
+    die "a TLS mistake with --size: exit $rc, members created: $(ls "$tmp")"
 bad_tls --tls=sometimes --tls-psk "$K/psk/keys.psk"
 expect_grep "expected off, on or require" "$tmp/bad.err"
 bad_tls --tls-psk "$tmp/no-such.psk"
