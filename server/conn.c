@@ -23,9 +23,9 @@
  * TLS: after NBD_OPT_STARTTLS every byte goes through the connection's
  * GnuTLS session (tls.h) instead of recv/send; sendfile is never chosen
  * (request.c), and replies leave one TLS record at a time (conn_send_tls).
- * Decrypted bytes can wait inside the session with the socket itself
- * empty, so wherever reading stops with the watcher on, conn_read_kick
- * makes the loop call the reader again.
+ * Bytes can wait inside the session (decrypted, or read ahead) with the
+ * socket itself empty, so wherever reading stops with the watcher on,
+ * conn_read_kick makes the loop call the reader again.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -146,7 +146,7 @@ static ssize_t conn_recv(struct conn *c, void *buf, size_t len)
  */
 static void conn_read_kick(struct conn *c)
 {
-	if (c->tls_up && ev_is_active(&c->rio) && tls_pending(c->tls))
+	if (c->tls && ev_is_active(&c->rio) && tls_pending(c->tls))
 		ev_feed_event(c->w->loop, &c->rio, EV_READ);
 }
 
@@ -272,7 +272,7 @@ static void conn_tls_step(struct conn *c)
 			ev_io_start(c->w->loop, &c->wio);
 		} else {
 			ev_io_stop(c->w->loop, &c->wio);
-			ev_io_start(c->w->loop, &c->rio);
+			conn_read_on(c);
 		}
 		return;
 	}

@@ -71,7 +71,10 @@ int tls_handshake(tls_session s, bool *want_write);
 ssize_t tls_recv(tls_session s, void *buf, size_t len);
 ssize_t tls_send(tls_session s, const void *buf, size_t len);
 
-/* Decrypted bytes waiting in the session: the socket may not say so. */
+/*
+ * Bytes waiting in the session, decrypted or read ahead from the socket:
+ * the socket itself may not say so.
+ */
 bool tls_pending(tls_session s);
 
 /* "TLS1.3 PSK 'alice'" or similar, for the log. */

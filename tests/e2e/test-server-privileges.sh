@@ -28,8 +28,19 @@ ids() {
          END { print u, g, "[" gr "]" }' "/proc/$1/status"
 }
 
+# dropped: the pidfile (start_bionbd's sign) comes just before root goes.
+dropped() {
+    local n
+    for ((n = 0; n < 200; n++)); do
+        grep -q "running as uid" "$SERVER_LOG" && return 0
+        sleep 0.05
+    done
+    die "no 'running as uid' line from bionbd"
+}
+
 log "-u nobody -g nogroup: ids, and the members still usable"
 start_bionbd -u nobody -g nogroup --size 32M "${m[@]}"
+dropped
 [[ $(stat -c %u "$tmp/m0") -eq 0 ]] || die "members should be root's"
 got=$(ids "$SERVER_PID")
 [[ $got == "65534,65534,65534,65534 65534,65534,65534,65534 [ 65534]" ]] ||
@@ -43,6 +54,7 @@ stop_bionbd
 
 log "-u alone: the user's own group"
 start_bionbd -u nobody "${m[@]}"
+dropped
 got=$(ids "$SERVER_PID")
 [[ $got == "65534,65534,65534,65534 65534,65534,65534,65534 "* ]] ||
     die "-u nobody: /proc says $got"
