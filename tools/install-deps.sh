@@ -12,6 +12,10 @@ pkgs=(
   # tests: real clients and fault injection
   libnbd-bin python3 python3-libnbd qemu-utils fio fuse3 procps util-linux
   gnutls-bin
+  # the qemu guest that attaches /dev/nbd0 and boots with an NBD disk
+  # (tests/e2e/test-guest-nbd.sh): TCG qemu, Debian's kernel with nbd.ko,
+  # a busybox initramfs
+  qemu-system-x86 linux-image-amd64 busybox-static nbd-client cpio kmod
   strace e2fsprogs
   # fuzzing (tools/fuzz.sh): clang, and its runtimes (libFuzzer, ASan) that
   # --no-install-recommends would leave out
