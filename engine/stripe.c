@@ -39,6 +39,7 @@ int stripe_geom_init(struct stripe_geom *g, unsigned int nr_members,
 	g->nr_members = nr_members;
 	g->chunk_bytes = (uint32_t)chunk_bytes;
 	g->chunk_shift = (unsigned int)__builtin_ctzll(chunk_bytes);
+	g->data_offset = 0;
 	return 0;
 }
 
@@ -93,7 +94,7 @@ static bool member_range(const struct stripe_geom *g, unsigned int member,
 	start = ((first / n) << g->chunk_shift) + (first == k0 ? off & mask : 0);
 	end = ((last / n) << g->chunk_shift) +
 	      (last == k1 ? ((off + len - 1) & mask) + 1 : g->chunk_bytes);
-	*mstart = start;
+	*mstart = g->data_offset + start;
 	*mlen = end - start;
 	return true;
 }
@@ -220,17 +221,22 @@ static bool members_iomap(struct target **members, unsigned int nr)
 
 int stripe_target_create(struct target **out, struct target **members,
 			 unsigned int nr, uint64_t chunk_bytes,
-			 uint64_t size_bytes)
+			 uint64_t size_bytes, uint64_t data_offset)
 {
 	struct stripe_target *st;
 	struct stripe_geom g;
 	uint64_t min = UINT64_MAX, stripe_bytes, need;
 
-	if (stripe_geom_init(&g, nr, chunk_bytes))
+	if (stripe_geom_init(&g, nr, chunk_bytes) || data_offset % chunk_bytes)
 		return -EINVAL;
+	g.data_offset = data_offset;
 	for (unsigned int i = 0; i < nr; i++)
 		if (members[i]->size_bytes < min)
 			min = members[i]->size_bytes;
+	/* What the data has of each member. */
+	if (min < data_offset)
+		return -EINVAL;
+	min -= data_offset;
 	stripe_bytes = (uint64_t)nr * g.chunk_bytes;
 	if (!size_bytes) {
 		if (min / g.chunk_bytes > UINT64_MAX / stripe_bytes)

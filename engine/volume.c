@@ -7,6 +7,12 @@
  * that can be made without side effects, then create/extend members (never
  * shrink), then open.  If a later step fails, members this call created
  * are removed again.
+ *
+ * Members with superblocks (superblock.h, docs/format.md) are a
+ * self-describing volume: assembled by role whatever order they are given
+ * in, their geometry from the superblocks (a stripe size or size given
+ * must agree), never created or extended, and marked not clean while open
+ * (sb_target below).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +28,10 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <bionbd/superblock.h>
 
 #include "internal.h"
 
@@ -470,13 +479,47 @@ static int default_size(const struct volume_config *cfg,
 }
 
 /*
+ * The superblocks, if the members have them: the geometry comes from
+ * there, and a stripe size or size given must agree with it.  Returns 0
+ * with *sb false for a headerless volume.
+ */
+static int volume_superblocks(const struct volume_config *cfg,
+			      struct sb_volume *v, bool *sb, char *errbuf,
+			      size_t errlen)
+{
+	int r = sb_assemble(cfg->members, cfg->nr_members, v, errbuf, errlen);
+
+	*sb = !r;
+	if (r == -ENOENT) {
+		if (errbuf && errlen)
+			errbuf[0] = '\0';
+		return 0;
+	}
+	if (r)
+		return r;
+	if (cfg->chunk_bytes && cfg->chunk_bytes != v->sb.chunk_bytes)
+		return verr(errbuf, errlen, -EINVAL,
+			    "stripe-size %llu: volume '%s' has %llu in its superblocks",
+			    (unsigned long long)cfg->chunk_bytes, v->sb.name,
+			    (unsigned long long)v->sb.chunk_bytes);
+	if (cfg->size_bytes && cfg->size_bytes != v->sb.size_bytes)
+		return verr(errbuf, errlen, -EINVAL,
+			    "size %llu: volume '%s' is %llu bytes in its superblocks",
+			    (unsigned long long)cfg->size_bytes, v->sb.name,
+			    (unsigned long long)v->sb.size_bytes);
+	return 0;
+}
+
+/*
  * Every check that can be made without side effects.  On success *mp
  * holds what was learnt of each member and *need the bytes each member
- * must hold (0: no size given, use what they have).
+ * must hold (0: no size given, use what they have); @v->nr is non-zero
+ * for a volume with superblocks.
  */
 static int volume_plan(const struct volume_config *cfg,
 		       struct member_check **mp, uint64_t *chunkp,
-		       uint64_t *needp, char *errbuf, size_t errlen)
+		       uint64_t *needp, struct sb_volume *v, char *errbuf,
+		       size_t errlen)
 {
 	unsigned int n = cfg->nr_members, i, j;
 	uint64_t chunk = cfg->chunk_bytes ? cfg->chunk_bytes :
@@ -485,17 +528,27 @@ static int volume_plan(const struct volume_config *cfg,
 	struct stripe_geom g;
 	const char *why;
 	uint64_t need = 0;
+	bool sb;
 	int r;
 
 	if (errbuf && errlen)
 		errbuf[0] = '\0';
 	if (!n)
 		return verr(errbuf, errlen, -EINVAL, "no member files given");
+	r = volume_superblocks(cfg, v, &sb, errbuf, errlen);
+	if (r)
+		return r;
+	if (sb) {
+		chunk = v->sb.chunk_bytes;
+		need = v->member_bytes;
+	} else {
+		v->nr = 0;
+	}
 	if (stripe_geom_init(&g, n, chunk))
 		return verr(errbuf, errlen, -EINVAL,
 			    "stripe-size %llu: must be a power of two from 4K to 1G",
 			    (unsigned long long)chunk);
-	if (cfg->size_bytes) {
+	if (cfg->size_bytes && !sb) {
 		if (cfg->size_bytes % SECTOR_SIZE)
 			return verr(errbuf, errlen, -EINVAL,
 				    "size %llu: must be a multiple of 512",
@@ -539,12 +592,13 @@ static int volume_plan(const struct volume_config *cfg,
 			goto err;
 		}
 		if (m[i].id.exists && need && m[i].size_bytes < need &&
-		    (cfg->readonly || S_ISBLK(m[i].id.st.st_mode))) {
+		    (cfg->readonly || S_ISBLK(m[i].id.st.st_mode) || sb)) {
 			r = verr(errbuf, errlen, -ENOSPC,
 				 "member %s: %llu bytes, size %llu needs %llu per member",
 				 cfg->members[i],
 				 (unsigned long long)m[i].size_bytes,
-				 (unsigned long long)cfg->size_bytes,
+				 (unsigned long long)(sb ? v->sb.size_bytes :
+							   cfg->size_bytes),
 				 (unsigned long long)need);
 			goto err;
 		}
@@ -575,11 +629,16 @@ int volume_check(const struct volume_config *cfg, char *errbuf,
 		 size_t errlen)
 {
 	struct member_check *m;
+	struct sb_volume *v = malloc(sizeof(*v));
 	uint64_t chunk, need;
-	int r = volume_plan(cfg, &m, &chunk, &need, errbuf, errlen);
+	int r;
 
+	if (!v)
+		return verr(errbuf, errlen, -ENOMEM, "out of memory");
+	r = volume_plan(cfg, &m, &chunk, &need, v, errbuf, errlen);
 	if (!r)
 		members_free(cfg, m, false);
+	free(v);
 	return r;
 }
 
@@ -636,8 +695,139 @@ int volume_overlap(const struct volume_ids *a, const struct volume_ids *b,
 	return 0;
 }
 
+/*
+ * A volume with superblocks: the stripe, plus a descriptor per member
+ * (opened now, before a front end drops privileges) to keep the clean
+ * flag: cleared while the volume is open, set again when it is closed
+ * after its final flush (docs/format.md), so that an unclean shutdown
+ * shows.  Bios go straight to the stripe.
+ */
+struct sb_target {
+	struct target t;
+	struct target *stripe;
+	unsigned int nr;
+	int fds[];
+};
+
+static void sb_target_submit(struct target *t, struct bio *bio)
+{
+	struct sb_target *st = container_of(t, struct sb_target, t);
+
+	st->stripe->ops->submit(st->stripe, bio);
+}
+
+static int sb_target_iomap(struct target *t, uint64_t off, uint64_t len,
+			   unsigned int flags, struct target_iomap *m)
+{
+	struct sb_target *st = container_of(t, struct sb_target, t);
+
+	return target_iomap(st->stripe, off, len, flags, m);
+}
+
+/* Set or clear every member's clean flag; 0 or the first -errno. */
+static int sb_mark(const int *fds, unsigned int nr, bool clean)
+{
+	char why[256];
+	int r = 0;
+
+	for (unsigned int i = 0; i < nr; i++) {
+		struct superblock sb;
+		int e = sb_read(fds[i], &sb, why, sizeof(why));
+
+		if (!e) {
+			sb.flags = clean ? sb.flags | SB_FLAG_CLEAN :
+					   sb.flags & ~SB_FLAG_CLEAN;
+			sb.utime = (uint64_t)time(NULL);
+			e = sb_write(fds[i], &sb);
+		}
+		if (e && !r)
+			r = e;
+	}
+	return r;
+}
+
+static void sb_target_destroy(struct target *t)
+{
+	struct sb_target *st = container_of(t, struct sb_target, t);
+
+	target_destroy(st->stripe);
+	/*
+	 * A member that cannot be marked keeps its flag cleared, which reads
+	 * as an unclean shutdown: the safe side, so nothing more to do.
+	 */
+	(void)sb_mark(st->fds, st->nr, true);
+	for (unsigned int i = 0; i < st->nr; i++)
+		close(st->fds[i]);
+	free(st->t.name);
+	free(st);
+}
+
+static const struct target_ops sb_target_ops = {
+	.submit = sb_target_submit,
+	.destroy = sb_target_destroy,
+	.iomap = sb_target_iomap,
+};
+
+static int sb_target_create(struct target **out, struct target *stripe,
+			    const char *const *paths, unsigned int nr)
+{
+	struct sb_target *st = calloc(1, sizeof(*st) + nr * sizeof(int));
+	int r = 0;
+
+	if (!st)
+		return -ENOMEM;
+	st->t.ops = &sb_target_ops;
+	st->t.size_bytes = stripe->size_bytes;
+	st->t.name = strdup("stripe");
+	for (unsigned int i = 0; i < nr; i++, st->nr++) {
+		st->fds[i] = open(paths[i], O_RDWR | O_CLOEXEC);
+		if (st->fds[i] < 0) {
+			r = -errno;
+			break;
+		}
+	}
+	if (!r && !st->t.name)
+		r = -ENOMEM;
+	if (!r)
+		r = sb_mark(st->fds, st->nr, false);
+	if (r) {
+		for (unsigned int i = 0; i < st->nr; i++)
+			close(st->fds[i]);
+		free(st->t.name);
+		free(st);
+		return r;
+	}
+	st->stripe = stripe;
+	*out = &st->t;
+	return 0;
+}
+
+/* What the plan decided, for the caller. */
+static void volume_info_fill(struct volume_info *info,
+			     const struct volume_config *cfg,
+			     const struct sb_volume *v, uint64_t chunk)
+{
+	memset(info, 0, sizeof(*info));
+	info->superblocks = v->nr != 0;
+	info->chunk_bytes = chunk;
+	info->nr_members = cfg->nr_members;
+	for (unsigned int i = 0; i < cfg->nr_members && i < 64; i++)
+		info->order[i] = v->nr ? v->order[i] : i;
+	if (!v->nr)
+		return;
+	snprintf(info->name, sizeof(info->name), "%s", v->sb.name);
+	sb_uuid_format(v->sb.volume_uuid, info->uuid);
+	info->data_offset = v->sb.data_offset;
+}
+
 int volume_open(struct target **out, const struct volume_config *cfg,
 		char *errbuf, size_t errlen)
+{
+	return volume_open_info(out, cfg, NULL, errbuf, errlen);
+}
+
+int volume_open_info(struct target **out, const struct volume_config *cfg,
+		     struct volume_info *info, char *errbuf, size_t errlen)
 {
 	unsigned int n = cfg->nr_members, opened = 0, i;
 	struct member_check *m = NULL;
@@ -645,20 +835,30 @@ int volume_open(struct target **out, const struct volume_config *cfg,
 	struct file_target_opts fopts = { .readonly = cfg->readonly,
 					  .direct = cfg->direct,
 					  .no_inline = cfg->no_inline };
+	const char **paths = NULL;
+	struct sb_volume *v = malloc(sizeof(*v));
 	uint64_t chunk, need;
 	int r;
 
-	r = volume_plan(cfg, &m, &chunk, &need, errbuf, errlen);
-	if (r)
+	if (!v)
+		return verr(errbuf, errlen, -ENOMEM, "out of memory");
+	r = volume_plan(cfg, &m, &chunk, &need, v, errbuf, errlen);
+	if (r) {
+		free(v);
 		return r;
+	}
 	t = calloc(n, sizeof(*t));
-	if (!t) {
+	paths = calloc(n, sizeof(*paths));
+	if (!t || !paths) {
 		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
 		goto out;
 	}
+	/* Stripe order: as given, or by the roles the superblocks name. */
+	for (i = 0; i < n; i++)
+		paths[i] = cfg->members[v->nr ? v->order[i] : i];
 
 	/* Everything checked: now create and extend. */
-	for (i = 0; i < n && need; i++) {
+	for (i = 0; i < n && need && !v->nr; i++) {
 		r = extend_member(cfg->members[i], &m[i], need);
 		if (r) {
 			verr(errbuf, errlen, r, "member %s: %s", cfg->members[i],
@@ -667,25 +867,44 @@ int volume_open(struct target **out, const struct volume_config *cfg,
 		}
 	}
 	for (i = 0; i < n; i++, opened++) {
-		r = file_target_open(&t[i], cfg->members[i], &fopts);
+		r = file_target_open(&t[i], paths[i], &fopts);
 		if (r) {
-			verr(errbuf, errlen, r, "member %s: %s", cfg->members[i],
+			verr(errbuf, errlen, r, "member %s: %s", paths[i],
 			     strerror(-r));
 			goto out;
 		}
 	}
-	r = stripe_target_create(&stripe, t, n, chunk, cfg->size_bytes);
+	r = stripe_target_create(&stripe, t, n, chunk,
+				 v->nr ? v->sb.size_bytes : cfg->size_bytes,
+				 v->nr ? v->sb.data_offset : 0);
 	if (r) {
 		verr(errbuf, errlen, r, "members too small for a %llu-byte stripe",
 		     (unsigned long long)n * chunk);
 		goto out;
 	}
 	opened = 0; /* the stripe owns them now */
+	if (v->nr && !cfg->readonly) {
+		struct target *top;
+
+		r = sb_target_create(&top, stripe, paths, n);
+		if (r) {
+			target_destroy(stripe);
+			verr(errbuf, errlen, r,
+			     "volume '%s': writing the superblocks: %s",
+			     v->sb.name, strerror(-r));
+			goto out;
+		}
+		stripe = top;
+	}
+	if (info)
+		volume_info_fill(info, cfg, v, chunk);
 	*out = stripe;
 out:
 	for (i = 0; t && i < opened; i++)
 		target_destroy(t[i]);
 	members_free(cfg, m, r != 0);
+	free(paths);
 	free(t);
+	free(v);
 	return r;
 }

@@ -182,7 +182,7 @@ int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
 
 		conf_export_volume(d, &vc);
 		vc.readonly |= readonly;
-		r = volume_open(&x->vol, &vc, msg, sizeof(msg));
+		r = volume_open_info(&x->vol, &vc, &x->info, msg, sizeof(msg));
 		if (r) {
 			export_errmsg(errbuf, errlen, conf_path, d, msg);
 			goto err;
@@ -192,8 +192,13 @@ int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
 		x->iomap = target_iomap(x->vol, 0, 1, 0, &m) == 0;
 		x->readonly = vc.readonly;
 		x->name = strdup(d->name);
-		x->description = d->description ? strdup(d->description) : NULL;
-		if (!x->name || (d->description && !x->description)) {
+		/* A self-describing volume is described by its name. */
+		if (d->description)
+			x->description = strdup(d->description);
+		else if (x->info.superblocks && x->info.name[0])
+			x->description = strdup(x->info.name);
+		if (!x->name || ((d->description || x->info.name[0]) &&
+				 !x->description)) {
 			opened++; /* release it too */
 			snprintf(errbuf, errlen, "out of memory");
 			r = -ENOMEM;

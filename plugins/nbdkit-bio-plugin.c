@@ -478,16 +478,21 @@ static int bio_get_ready(void)
 		return -1;
 	}
 	/* Checked by nbdl_exports_open already: this cannot fail. */
-	for (i = 0; i < n; i++)
-		stripe_geom_init(&geoms[i], defs[i].nr_members,
-				 defs[i].chunk_bytes);
+	for (i = 0; i < n; i++) {
+		stripe_geom_init(&geoms[i], exports[i].info.nr_members,
+				 exports[i].info.chunk_bytes);
+		geoms[i].data_offset = exports[i].info.data_offset;
+	}
 	for (i = 0; i < n; i++)
 		nbdkit_debug("export '%s': %u members, stripe %" PRIu64
-			     ", %" PRIu64 " bytes%s, backend %s",
+			     ", %" PRIu64 " bytes%s, backend %s%s%s%s",
 			     exports[i].name, defs[i].nr_members,
-			     defs[i].chunk_bytes, exports[i].size_bytes,
+			     exports[i].info.chunk_bytes, exports[i].size_bytes,
 			     exports[i].readonly ? ", read-only" : "",
-			     ioq_backend_name(backend));
+			     ioq_backend_name(backend),
+			     exports[i].info.superblocks ? ", volume '" : "",
+			     exports[i].info.name,
+			     exports[i].info.superblocks ? "'" : "");
 	return 0;
 }
 

@@ -333,16 +333,29 @@ static void log_startup(const struct conf_export *defs,
 		size_t n = 0;
 
 		members[0] = 0;
+		/* In stripe order: a self-describing volume's is its roles'. */
 		for (unsigned int m = 0; m < d->nr_members && n < sizeof(members);
 		     m++)
 			n += (size_t)snprintf(members + n, sizeof(members) - n,
 					      "%s%s", m ? ", " : "",
-					      d->members[m]);
-		nbdl_log(NBDL_INFO,
-			 "export '%s': %" PRIu64 " bytes%s, %u members, "
-			 "stripe %" PRIu64 "K: %s",
-			 e->name, e->size_bytes, e->readonly ? ", read-only" : "",
-			 d->nr_members, d->chunk_bytes >> 10, members);
+					      d->members[e->info.order[m]]);
+		if (e->info.superblocks)
+			nbdl_log(NBDL_INFO,
+				 "export '%s': %" PRIu64 " bytes%s, volume '%s' "
+				 "(%s), %u members, stripe %" PRIu64
+				 "K, data offset %" PRIu64 "K: %s",
+				 e->name, e->size_bytes,
+				 e->readonly ? ", read-only" : "", e->info.name,
+				 e->info.uuid, d->nr_members,
+				 e->info.chunk_bytes >> 10,
+				 e->info.data_offset >> 10, members);
+		else
+			nbdl_log(NBDL_INFO,
+				 "export '%s': %" PRIu64 " bytes%s, %u members, "
+				 "stripe %" PRIu64 "K: %s",
+				 e->name, e->size_bytes,
+				 e->readonly ? ", read-only" : "", d->nr_members,
+				 e->info.chunk_bytes >> 10, members);
 	}
 	if (activated)
 		snprintf(where, sizeof(where),

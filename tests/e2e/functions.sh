@@ -23,6 +23,7 @@ SRC_DIR=${SRC_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build}
 BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
 BIOIO=$BUILD_DIR/tools/bioio
+BIOCTL=$BUILD_DIR/tools/bioctl
 
 # Seconds any one engine tool run may take before it counts as hung.
 TOOL_TIMEOUT=${BIONBD_TOOL_TIMEOUT:-60}

@@ -197,7 +197,7 @@ static void fixture_setup(struct fixture *f, struct ioq *q)
 		f->spy[i] = spy_create(f->err[i]);
 		members[i] = &f->spy[i]->t;
 	}
-	CHECK_EQ(stripe_target_create(&f->vol, members, NR, CHUNK, 0), 0);
+	CHECK_EQ(stripe_target_create(&f->vol, members, NR, CHUNK, 0, 0), 0);
 	CHECK_EQ(f->vol->size_bytes, VOL_BYTES);
 }
 

@@ -154,7 +154,7 @@ static struct target *open_stripe(struct target **members)
 {
 	struct target *vol;
 
-	CHECK_EQ(stripe_target_create(&vol, members, NR, CHUNK, 0), 0);
+	CHECK_EQ(stripe_target_create(&vol, members, NR, CHUNK, 0, 0), 0);
 	CHECK_EQ(vol->size_bytes, VOL_BYTES);
 	return vol;
 }

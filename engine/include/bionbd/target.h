@@ -175,6 +175,7 @@ struct stripe_geom {
 	unsigned int nr_members;
 	uint32_t chunk_bytes; /* power of two, >= 4096 */
 	unsigned int chunk_shift;
+	uint64_t data_offset; /* member bytes before the data (superblock) */
 };
 
 struct stripe_piece {
@@ -221,7 +222,9 @@ int stripe_member_bytes(const struct stripe_geom *g, uint64_t size_bytes,
  * @p: filled with the member, the offset inside it and the length of the
  *     piece, which ends at @length or the chunk boundary, whichever is first
  *
- * Chunk k = offset / chunk lives on member k % N at (k / N) * chunk.
+ * Chunk k = offset / chunk lives on member k % N at data offset +
+ * (k / N) * chunk (docs/format.md; the data offset is 0 for a headerless
+ * volume).
  */
 static inline void stripe_map(const struct stripe_geom *g, uint64_t offset,
 			      uint64_t length, struct stripe_piece *p)
@@ -231,7 +234,8 @@ static inline void stripe_map(const struct stripe_geom *g, uint64_t offset,
 	uint64_t left = g->chunk_bytes - in_chunk;
 
 	p->member = (unsigned int)(k % g->nr_members);
-	p->member_offset = ((k / g->nr_members) << g->chunk_shift) + in_chunk;
+	p->member_offset = g->data_offset +
+			   ((k / g->nr_members) << g->chunk_shift) + in_chunk;
 	p->length = length < left ? length : left;
 }
 
@@ -241,11 +245,13 @@ static inline void stripe_map(const struct stripe_geom *g, uint64_t offset,
  *           itself stays the caller's)
  * @size_bytes: volume size; 0 means N x the smallest member rounded down to
  *              a whole stripe.  Otherwise each member must hold its share.
+ * @data_offset: member bytes before the data (a superblock volume's; 0 for
+ *               a headerless one), a multiple of @chunk_bytes
  *
  * Returns 0 or -EINVAL (bad geometry, members too small).
  */
 int stripe_target_create(struct target **out, struct target **members,
 			 unsigned int nr, uint64_t chunk_bytes,
-			 uint64_t size_bytes);
+			 uint64_t size_bytes, uint64_t data_offset);
 
 #endif /* BIONBD_TARGET_H */

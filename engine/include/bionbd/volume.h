@@ -35,6 +35,17 @@ struct volume_config {
 	bool no_inline; /* file_target_opts.no_inline for every member */
 };
 
+/* What volume_open_info() found out about a volume. */
+struct volume_info {
+	bool superblocks; /* self-describing (docs/format.md) */
+	char name[64]; /* the superblocks' volume name */
+	char uuid[37];
+	uint64_t chunk_bytes;
+	uint64_t data_offset; /* member bytes before the data */
+	unsigned int nr_members;
+	unsigned int order[64]; /* order[role]: index into cfg->members */
+};
+
 /**
  * volume_open - check a volume definition, then create/extend and open it
  * @out: receives the stripe target; the caller owns it (target_destroy)
@@ -47,6 +58,10 @@ struct volume_config {
  */
 int volume_open(struct target **out, const struct volume_config *cfg,
 		char *errbuf, size_t errlen);
+
+/** volume_open_info - volume_open, and what it found in @info. */
+int volume_open_info(struct target **out, const struct volume_config *cfg,
+		     struct volume_info *info, char *errbuf, size_t errlen);
 
 /**
  * volume_check - every check volume_open makes, without creating, extending

@@ -39,6 +39,7 @@
 #include <bionbd/ioq.h>
 #include <bionbd/nbd-proto.h>
 #include <bionbd/target.h>
+#include <bionbd/volume.h>
 
 /* Block sizes both front ends advertise (NBD_INFO_BLOCK_SIZE). */
 #define NBDL_MIN_BLOCK SECTOR_SIZE
@@ -63,6 +64,7 @@ struct nbdl_export {
 	uint64_t size_bytes;
 	bool readonly;
 	bool iomap; /* target_iomap() answers for vol: reads may be sendfile'd */
+	struct volume_info info; /* superblocks, member order, data offset */
 	/* Serialises read-modify-writes of partial sectors (see the top). */
 	pthread_mutex_t rmw_lock;
 };

@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * superblock.h - the on-disk record that makes a volume self-describing:
+ * one 4 KiB superblock at the start of every member, saying which volume
+ * the member belongs to, which role (stripe index) it plays, the geometry,
+ * and where the data starts.  The format is docs/format.md; this is the
+ * one place that reads and writes it.
+ *
+ * Decoding trusts nothing: every field is range-checked and the CRC32C
+ * covers the whole block, so a corrupt, truncated or foreign block is a
+ * clean refusal with a reason, never an out-of-bounds access.
+ */
+#ifndef BIONBD_SUPERBLOCK_H
+#define BIONBD_SUPERBLOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SB_BYTES 4096u
+#define SB_MAGIC "bionbdSB" /* 8 bytes, no NUL */
+#define SB_VERSION 1u
+#define SB_NAME_BYTES 64u /* volume name, NUL-padded, at most 63 bytes */
+#define SB_MAX_ROLES 64u
+#define SB_DEFAULT_DATA_OFFSET (1u << 20)
+
+enum sb_level {
+	SB_LEVEL_RAID0 = 0,
+	SB_LEVEL_RAID1 = 1, /* reserved for the mirror */
+	SB_LEVEL_RAID10 = 10, /* reserved for the mirror */
+};
+
+enum sb_role_state {
+	SB_ROLE_ACTIVE = 0,
+	SB_ROLE_FAULTY = 1,
+	SB_ROLE_SPARE = 2,
+	SB_ROLE_REBUILDING = 3, /* with a checkpoint */
+};
+
+#define SB_FLAG_CLEAN 0x1u /* set at clean shutdown, cleared at start */
+
+struct sb_role {
+	uint8_t uuid[16]; /* the member that plays this role */
+	uint32_t state; /* enum sb_role_state */
+	uint64_t checkpoint; /* rebuilding: bytes done */
+};
+
+struct superblock {
+	uint32_t version;
+	uint8_t volume_uuid[16];
+	char name[SB_NAME_BYTES]; /* NUL-terminated */
+	uint32_t level; /* enum sb_level */
+	uint32_t nr_roles;
+	uint32_t role; /* this member's */
+	uint32_t flags; /* SB_FLAG_* */
+	uint64_t chunk_bytes;
+	uint64_t size_bytes; /* the volume's */
+	uint64_t data_offset; /* bytes before each member's data */
+	uint64_t events; /* bumped on every change of roles or states */
+	uint64_t ctime, utime; /* seconds since the epoch */
+	uint8_t member_uuid[16]; /* this member's */
+	struct sb_role roles[SB_MAX_ROLES];
+};
+
+/* CRC32C (Castagnoli), as the superblock's checksum uses it. */
+uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
+
+/** sb_encode - @sb as its 4 KiB on-disk block, checksum included. */
+void sb_encode(const struct superblock *sb, uint8_t out[SB_BYTES]);
+
+/**
+ * sb_decode - parse and check one on-disk block
+ * @why: on failure, what is wrong (for "member X: WHY")
+ *
+ * Returns 0, -ENOENT when @buf does not start with the magic (a headerless
+ * member), -EPROTONOSUPPORT for a version this code does not know, or
+ * -EINVAL for a bad checksum or a field out of range.
+ */
+int sb_decode(const uint8_t *buf, size_t len, struct superblock *sb,
+	      char *why, size_t whylen);
+
+/**
+ * sb_read - sb_decode of the first SB_BYTES of @fd; a shorter file is
+ * -ENOENT when it is too short to hold even the magic, else -EINVAL.
+ * Other read errors are -errno.
+ */
+int sb_read(int fd, struct superblock *sb, char *why, size_t whylen);
+
+/** sb_write - encode and write @sb at offset 0 of @fd, then fdatasync. */
+int sb_write(int fd, const struct superblock *sb);
+
+/* A volume assembled from its members' superblocks. */
+struct sb_volume {
+	struct superblock sb; /* role 0's: the volume's geometry */
+	unsigned int nr;
+	unsigned int order[SB_MAX_ROLES]; /* order[role] = index in paths */
+	uint64_t member_bytes; /* each member must hold this many bytes */
+};
+
+/**
+ * sb_assemble - read the superblocks of @paths (any order) and check that
+ * they make one complete, consistent volume (docs/format.md, "Assembly")
+ * @why: on failure, one line naming the member and the reason
+ *
+ * Returns 0, -ENOENT when no member has a superblock (a headerless volume;
+ * members that do not exist count as headerless), or another -errno
+ * (-EINVAL: they do not make a volume; -EPROTONOSUPPORT: a version this
+ * code does not know; a read error).  Reads only.
+ */
+int sb_assemble(const char *const *paths, unsigned int n,
+		struct sb_volume *out, char *why, size_t whylen);
+
+/* A random (version 4) UUID from getrandom(2). */
+int sb_uuid_generate(uint8_t uuid[16]);
+
+/* "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (37 bytes with the NUL). */
+void sb_uuid_format(const uint8_t uuid[16], char out[37]);
+
+const char *sb_level_name(uint32_t level);
+const char *sb_role_state_name(uint32_t state);
+
+#endif /* BIONBD_SUPERBLOCK_H */

@@ -1,0 +1,563 @@
+// SPDX-License-Identifier: MIT
+/*
+ * superblock.c - encode, decode and check member superblocks
+ * (superblock.h; the layout is docs/format.md).
+ *
+ * The block is built and parsed field by field at fixed offsets in little
+ * endian, never by casting a struct onto the bytes: the layout is the
+ * document's, whatever the compiler's padding or the host's byte order.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bionbd/superblock.h>
+#include <bionbd/target.h>
+
+/* Offsets of version 1 (docs/format.md). */
+enum {
+	SBO_MAGIC = 0,
+	SBO_VERSION = 8,
+	SBO_HDR_BYTES = 12,
+	SBO_VOLUME_UUID = 16,
+	SBO_NAME = 32,
+	SBO_LEVEL = 96,
+	SBO_NR_ROLES = 100,
+	SBO_ROLE = 104,
+	SBO_FLAGS = 108,
+	SBO_CHUNK = 112,
+	SBO_SIZE = 120,
+	SBO_DATA_OFFSET = 128,
+	SBO_EVENTS = 136,
+	SBO_CTIME = 144,
+	SBO_UTIME = 152,
+	SBO_MEMBER_UUID = 160,
+	SBO_ROLES = 256, /* SB_MAX_ROLES entries of SBO_ROLE_BYTES */
+	SBO_ROLE_BYTES = 32,
+	SBO_ROLE_UUID = 0,
+	SBO_ROLE_STATE = 16,
+	SBO_ROLE_CHECKPOINT = 24,
+	SBO_CRC = SB_BYTES - 4,
+};
+
+_Static_assert(SBO_ROLES + SB_MAX_ROLES * SBO_ROLE_BYTES <= SBO_CRC,
+	       "the role table must fit before the checksum");
+
+/* ---- CRC32C ---- */
+
+static uint32_t crc_table[256];
+
+static void crc_init(void)
+{
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+		crc_table[i] = c;
+	}
+}
+
+uint32_t crc32c(uint32_t crc, const void *buf, size_t len)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	const uint8_t *p = buf;
+
+	pthread_once(&once, crc_init);
+	crc = ~crc;
+	while (len--)
+		crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+	return ~crc;
+}
+
+/* ---- little endian ---- */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* ---- encode ---- */
+
+void sb_encode(const struct superblock *sb, uint8_t out[SB_BYTES])
+{
+	memset(out, 0, SB_BYTES);
+	memcpy(out + SBO_MAGIC, SB_MAGIC, 8);
+	put32(out + SBO_VERSION, SB_VERSION);
+	put32(out + SBO_HDR_BYTES, SB_BYTES);
+	memcpy(out + SBO_VOLUME_UUID, sb->volume_uuid, 16);
+	/* At most 63 bytes: the name always ends in a NUL on disk. */
+	memcpy(out + SBO_NAME, sb->name,
+	       strnlen(sb->name, SB_NAME_BYTES - 1));
+	put32(out + SBO_LEVEL, sb->level);
+	put32(out + SBO_NR_ROLES, sb->nr_roles);
+	put32(out + SBO_ROLE, sb->role);
+	put32(out + SBO_FLAGS, sb->flags);
+	put64(out + SBO_CHUNK, sb->chunk_bytes);
+	put64(out + SBO_SIZE, sb->size_bytes);
+	put64(out + SBO_DATA_OFFSET, sb->data_offset);
+	put64(out + SBO_EVENTS, sb->events);
+	put64(out + SBO_CTIME, sb->ctime);
+	put64(out + SBO_UTIME, sb->utime);
+	memcpy(out + SBO_MEMBER_UUID, sb->member_uuid, 16);
+	for (uint32_t i = 0; i < sb->nr_roles && i < SB_MAX_ROLES; i++) {
+		uint8_t *r = out + SBO_ROLES + i * SBO_ROLE_BYTES;
+
+		memcpy(r + SBO_ROLE_UUID, sb->roles[i].uuid, 16);
+		put32(r + SBO_ROLE_STATE, sb->roles[i].state);
+		put64(r + SBO_ROLE_CHECKPOINT, sb->roles[i].checkpoint);
+	}
+	put32(out + SBO_CRC, crc32c(0, out, SBO_CRC));
+}
+
+/* ---- decode ---- */
+
+static bool uuid_null(const uint8_t u[16])
+{
+	for (int i = 0; i < 16; i++)
+		if (u[i])
+			return false;
+	return true;
+}
+
+/* The checks that need more than one field. */
+static int sb_check(const struct superblock *sb, char *why, size_t whylen)
+{
+	if (sb->level != SB_LEVEL_RAID0 && sb->level != SB_LEVEL_RAID1 &&
+	    sb->level != SB_LEVEL_RAID10) {
+		snprintf(why, whylen, "unknown RAID level %u", sb->level);
+		return -EINVAL;
+	}
+	if (!sb->nr_roles || sb->nr_roles > SB_MAX_ROLES ||
+	    sb->role >= sb->nr_roles) {
+		snprintf(why, whylen, "role %u of %u members is out of range",
+			 sb->role, sb->nr_roles);
+		return -EINVAL;
+	}
+	if (sb->flags & ~SB_FLAG_CLEAN) {
+		snprintf(why, whylen, "unknown flags %#x", sb->flags);
+		return -EINVAL;
+	}
+	if (!stripe_chunk_valid(sb->chunk_bytes)) {
+		snprintf(why, whylen, "stripe size %llu is not a power of two "
+			 "from 4K to 1G", (unsigned long long)sb->chunk_bytes);
+		return -EINVAL;
+	}
+	if (sb->data_offset < SB_BYTES || sb->data_offset % 4096 ||
+	    sb->data_offset % sb->chunk_bytes ||
+	    sb->data_offset > (1ull << 40)) {
+		snprintf(why, whylen,
+			 "data offset %llu is not a multiple of 4K and of the "
+			 "stripe size, at least 4K and at most 1T",
+			 (unsigned long long)sb->data_offset);
+		return -EINVAL;
+	}
+	if (!sb->size_bytes || sb->size_bytes % 512 ||
+	    sb->size_bytes > (1ull << 60)) {
+		snprintf(why, whylen, "volume size %llu is not a positive "
+			 "multiple of 512 up to 1E",
+			 (unsigned long long)sb->size_bytes);
+		return -EINVAL;
+	}
+	if (uuid_null(sb->volume_uuid) || uuid_null(sb->member_uuid)) {
+		snprintf(why, whylen, "null volume or member UUID");
+		return -EINVAL;
+	}
+	for (uint32_t i = 0; i < sb->nr_roles; i++) {
+		const struct sb_role *r = &sb->roles[i];
+
+		if (r->state > SB_ROLE_REBUILDING || uuid_null(r->uuid)) {
+			snprintf(why, whylen, "role %u: bad state %u or null "
+				 "UUID", i, r->state);
+			return -EINVAL;
+		}
+		for (uint32_t j = 0; j < i; j++)
+			if (!memcmp(r->uuid, sb->roles[j].uuid, 16)) {
+				snprintf(why, whylen, "roles %u and %u name "
+					 "the same member", j, i);
+				return -EINVAL;
+			}
+	}
+	if (memcmp(sb->roles[sb->role].uuid, sb->member_uuid, 16)) {
+		snprintf(why, whylen, "the role table gives role %u to another "
+			 "member", sb->role);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int sb_decode(const uint8_t *buf, size_t len, struct superblock *sb,
+	      char *why, size_t whylen)
+{
+	uint32_t crc;
+
+	memset(sb, 0, sizeof(*sb));
+	if (len < 8 || memcmp(buf + SBO_MAGIC, SB_MAGIC, 8)) {
+		snprintf(why, whylen, "no superblock");
+		return -ENOENT;
+	}
+	if (len < SB_BYTES) {
+		snprintf(why, whylen, "superblock truncated (%zu of %u bytes)",
+			 len, SB_BYTES);
+		return -EINVAL;
+	}
+	sb->version = get32(buf + SBO_VERSION);
+	if (sb->version != SB_VERSION) {
+		snprintf(why, whylen,
+			 "superblock format version %u (this bionbd reads %u)",
+			 sb->version, SB_VERSION);
+		return -EPROTONOSUPPORT;
+	}
+	crc = crc32c(0, buf, SBO_CRC);
+	if (get32(buf + SBO_CRC) != crc) {
+		snprintf(why, whylen, "superblock checksum mismatch (stored "
+			 "%08x, computed %08x)", get32(buf + SBO_CRC), crc);
+		return -EINVAL;
+	}
+	if (get32(buf + SBO_HDR_BYTES) != SB_BYTES) {
+		snprintf(why, whylen, "superblock size %u (expected %u)",
+			 get32(buf + SBO_HDR_BYTES), SB_BYTES);
+		return -EINVAL;
+	}
+	if (buf[SBO_NAME + SB_NAME_BYTES - 1]) {
+		snprintf(why, whylen, "volume name not terminated");
+		return -EINVAL;
+	}
+	memcpy(sb->volume_uuid, buf + SBO_VOLUME_UUID, 16);
+	/* Up to the NUL: bytes after it mean nothing and are not kept. */
+	memcpy(sb->name, buf + SBO_NAME,
+	       strnlen((const char *)buf + SBO_NAME, SB_NAME_BYTES));
+	sb->level = get32(buf + SBO_LEVEL);
+	sb->nr_roles = get32(buf + SBO_NR_ROLES);
+	sb->role = get32(buf + SBO_ROLE);
+	sb->flags = get32(buf + SBO_FLAGS);
+	sb->chunk_bytes = get64(buf + SBO_CHUNK);
+	sb->size_bytes = get64(buf + SBO_SIZE);
+	sb->data_offset = get64(buf + SBO_DATA_OFFSET);
+	sb->events = get64(buf + SBO_EVENTS);
+	sb->ctime = get64(buf + SBO_CTIME);
+	sb->utime = get64(buf + SBO_UTIME);
+	memcpy(sb->member_uuid, buf + SBO_MEMBER_UUID, 16);
+	/* Entries past the member count mean nothing and are not kept. */
+	for (uint32_t i = 0; i < sb->nr_roles && i < SB_MAX_ROLES; i++) {
+		const uint8_t *r = buf + SBO_ROLES + i * SBO_ROLE_BYTES;
+
+		memcpy(sb->roles[i].uuid, r + SBO_ROLE_UUID, 16);
+		sb->roles[i].state = get32(r + SBO_ROLE_STATE);
+		sb->roles[i].checkpoint = get64(r + SBO_ROLE_CHECKPOINT);
+	}
+	return sb_check(sb, why, whylen);
+}
+
+/* ---- files ---- */
+
+int sb_read(int fd, struct superblock *sb, char *why, size_t whylen)
+{
+	uint8_t buf[SB_BYTES];
+	size_t have = 0;
+
+	while (have < sizeof(buf)) {
+		ssize_t n = pread(fd, buf + have, sizeof(buf) - have,
+				  (off_t)have);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = errno;
+
+			snprintf(why, whylen, "reading the superblock: %s",
+				 strerror(e));
+			return -e;
+		}
+		if (!n)
+			break;
+		have += (size_t)n;
+	}
+	return sb_decode(buf, have, sb, why, whylen);
+}
+
+int sb_write(int fd, const struct superblock *sb)
+{
+	uint8_t buf[SB_BYTES];
+	size_t done = 0;
+
+	sb_encode(sb, buf);
+	while (done < sizeof(buf)) {
+		ssize_t n = pwrite(fd, buf + done, sizeof(buf) - done,
+				   (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		done += (size_t)n;
+	}
+	return fdatasync(fd) ? -errno : 0;
+}
+
+/* ---- assembly ---- */
+
+static uint64_t file_bytes(int fd)
+{
+	off_t end = lseek(fd, 0, SEEK_END);
+
+	return end < 0 ? 0 : (uint64_t)end;
+}
+
+/* Member @i of @paths against the first one read (@ref, from @ref_path). */
+static int sb_agree(const struct superblock *sb, const char *path,
+		    const struct superblock *ref, const char *ref_path,
+		    char *why, size_t whylen)
+{
+	if (memcmp(sb->volume_uuid, ref->volume_uuid, 16)) {
+		char a[37], b[37];
+
+		sb_uuid_format(sb->volume_uuid, a);
+		sb_uuid_format(ref->volume_uuid, b);
+		snprintf(why, whylen,
+			 "member %s: belongs to another volume ('%s', %s; %s "
+			 "is in '%s', %s)",
+			 path, sb->name, a, ref_path, ref->name, b);
+		return -EINVAL;
+	}
+	if (sb->nr_roles != ref->nr_roles || sb->level != ref->level ||
+	    sb->chunk_bytes != ref->chunk_bytes ||
+	    sb->size_bytes != ref->size_bytes ||
+	    sb->data_offset != ref->data_offset) {
+		snprintf(why, whylen,
+			 "member %s: its superblock's geometry differs from "
+			 "%s's (members, level, stripe size, size or data "
+			 "offset)",
+			 path, ref_path);
+		return -EINVAL;
+	}
+	if (memcmp(sb->roles[sb->role].uuid, ref->roles[sb->role].uuid, 16)) {
+		snprintf(why, whylen,
+			 "member %s: claims role %u, which %s's superblock "
+			 "gives to another member",
+			 path, sb->role, ref_path);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int sb_assemble(const char *const *paths, unsigned int n,
+		struct sb_volume *out, char *why, size_t whylen)
+{
+	static const unsigned int none = ~0u;
+	struct superblock *sbs;
+	unsigned int found = 0, headerless = none, ref = none, stale = none;
+	char reason[200];
+	struct stripe_geom g;
+	struct stat st;
+	int r = 0;
+
+	memset(out, 0, sizeof(*out));
+	sbs = calloc(n ? n : 1, sizeof(*sbs));
+	if (!sbs) {
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	for (unsigned int i = 0; i < n; i++) {
+		int fd = open(paths[i], O_RDONLY | O_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == ENOENT) {
+				headerless = headerless == none ? i : headerless;
+				continue;
+			}
+			r = -errno;
+			snprintf(why, whylen, "member %s: %s", paths[i],
+				 strerror(errno));
+			goto out;
+		}
+		if (fstat(fd, &st) ||
+		    (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))) {
+			close(fd);
+			snprintf(why, whylen,
+				 "member %s: not a regular file or block device",
+				 paths[i]);
+			r = -EINVAL;
+			goto out;
+		}
+		r = sb_read(fd, &sbs[i], reason, sizeof(reason));
+		if (!r && file_bytes(fd) < sbs[i].data_offset) {
+			r = -EINVAL;
+			snprintf(reason, sizeof(reason),
+				 "%llu bytes, shorter than its data offset",
+				 (unsigned long long)file_bytes(fd));
+		}
+		close(fd);
+		if (r == -ENOENT) {
+			r = 0;
+			headerless = headerless == none ? i : headerless;
+			continue;
+		}
+		if (r) {
+			snprintf(why, whylen, "member %s: %s", paths[i], reason);
+			goto out;
+		}
+		found++;
+		if (ref == none)
+			ref = i;
+	}
+	if (!found) {
+		snprintf(why, whylen, "no superblocks");
+		r = -ENOENT;
+		goto out;
+	}
+	if (headerless != none) {
+		snprintf(why, whylen,
+			 "member %s: no superblock, while %s has one (a volume "
+			 "is all headerless or all self-describing)",
+			 paths[headerless], paths[ref]);
+		r = -EINVAL;
+		goto out;
+	}
+	out->sb = sbs[ref];
+	for (unsigned int i = 0; i < SB_MAX_ROLES; i++)
+		out->order[i] = none;
+	for (unsigned int i = 0; i < n; i++) {
+		r = sb_agree(&sbs[i], paths[i], &sbs[ref], paths[ref], why,
+			     whylen);
+		if (r)
+			goto out;
+		if (out->order[sbs[i].role] != none) {
+			snprintf(why, whylen,
+				 "members %s and %s both claim role %u",
+				 paths[out->order[sbs[i].role]], paths[i],
+				 sbs[i].role);
+			r = -EINVAL;
+			goto out;
+		}
+		out->order[sbs[i].role] = i;
+		if (stale == none || sbs[i].events < sbs[stale].events)
+			stale = i;
+	}
+	for (unsigned int role = 0; role < out->sb.nr_roles; role++)
+		if (out->order[role] == none) {
+			char u[37];
+
+			sb_uuid_format(out->sb.roles[role].uuid, u);
+			snprintf(why, whylen,
+				 "volume '%s' has %u members: role %u (member "
+				 "%s) is missing",
+				 out->sb.name, out->sb.nr_roles, role, u);
+			r = -EINVAL;
+			goto out;
+		}
+	if (n != out->sb.nr_roles) {
+		snprintf(why, whylen, "volume '%s' has %u members, %u given",
+			 out->sb.name, out->sb.nr_roles, n);
+		r = -EINVAL;
+		goto out;
+	}
+	for (unsigned int i = 0; i < n; i++)
+		if (sbs[i].events > sbs[stale].events) {
+			snprintf(why, whylen,
+				 "member %s: stale (event %llu, member %s has "
+				 "%llu): it missed a change the others recorded",
+				 paths[stale],
+				 (unsigned long long)sbs[stale].events, paths[i],
+				 (unsigned long long)sbs[i].events);
+			r = -EINVAL;
+			goto out;
+		}
+	if (out->sb.level != SB_LEVEL_RAID0) {
+		snprintf(why, whylen, "volume '%s': level %s is not supported "
+			 "yet", out->sb.name, sb_level_name(out->sb.level));
+		r = -EOPNOTSUPP;
+		goto out;
+	}
+	out->nr = n;
+	if (stripe_geom_init(&g, n, out->sb.chunk_bytes) ||
+	    stripe_member_bytes(&g, out->sb.size_bytes, &out->member_bytes) ||
+	    __builtin_add_overflow(out->member_bytes, out->sb.data_offset,
+				   &out->member_bytes)) {
+		snprintf(why, whylen, "volume '%s': size %llu does not fit",
+			 out->sb.name, (unsigned long long)out->sb.size_bytes);
+		r = -EFBIG;
+		goto out;
+	}
+out:
+	free(sbs);
+	return r;
+}
+
+/* ---- names ---- */
+
+int sb_uuid_generate(uint8_t uuid[16])
+{
+	size_t have = 0;
+
+	while (have < 16) {
+		ssize_t n = getrandom(uuid + have, 16 - have, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		have += (size_t)n;
+	}
+	uuid[6] = (uint8_t)((uuid[6] & 0x0f) | 0x40); /* version 4 */
+	uuid[8] = (uint8_t)((uuid[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+	return 0;
+}
+
+void sb_uuid_format(const uint8_t u[16], char out[37])
+{
+	snprintf(out, 37,
+		 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+		 "%02x%02x%02x%02x%02x%02x",
+		 u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
+		 u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+const char *sb_level_name(uint32_t level)
+{
+	switch (level) {
+	case SB_LEVEL_RAID0: return "raid0";
+	case SB_LEVEL_RAID1: return "raid1";
+	case SB_LEVEL_RAID10: return "raid10";
+	default: return "unknown";
+	}
+}
+
+const char *sb_role_state_name(uint32_t state)
+{
+	static const char *const names[] = { "active", "faulty", "spare",
+					     "rebuilding" };
+
+	return state < 4 ? names[state] : "unknown";
+}

@@ -1,0 +1,502 @@
+// SPDX-License-Identifier: MIT
+/*
+ * bioctl.c - make and inspect self-describing volumes (docs/format.md).
+ *
+ *   bioctl create [--level raid0] [--stripe-size SIZE] [--size SIZE]
+ *                 [--name NAME] [--data-offset SIZE] [--force] MEMBER...
+ *   bioctl info [--json] MEMBER...
+ *
+ * create writes a superblock on every member, role i for the i-th member
+ * given, creating or extending sparse files as the size needs; it refuses
+ * a member that already carries a superblock, a file system or a
+ * partition table unless --force.  info shows each member's superblock
+ * and whether the members make one complete, consistent volume, with the
+ * same check the servers make when they start (sb_assemble).
+ *
+ * Exit status: 0 done (info: a complete volume); 1 refused or failed
+ * (info: not a complete volume, or headerless); 2 usage.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <linux/falloc.h>
+#include <linux/fs.h>
+
+#include <bionbd/config.h>
+#include <bionbd/superblock.h>
+#include <bionbd/target.h>
+
+static void usage(FILE *f)
+{
+	fputs("Usage: bioctl create [--level raid0] [--stripe-size SIZE] [--size SIZE]\n"
+	      "                     [--name NAME] [--data-offset SIZE] [--force] MEMBER...\n"
+	      "       bioctl info [--json] MEMBER...\n"
+	      "\n"
+	      "create: write a superblock on every member (role i = the i-th MEMBER),\n"
+	      "        creating or extending sparse files to hold SIZE; refuses members\n"
+	      "        with a superblock, a file system or a partition table unless\n"
+	      "        --force.  Default stripe size 64K, data offset 1M (or the stripe\n"
+	      "        size if larger), size from the members when they exist.\n"
+	      "info:   each member's superblock, and whether they make a complete,\n"
+	      "        consistent volume (exit 0) or not (exit 1); --json for scripts.\n",
+	      f);
+}
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("bioctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 1;
+}
+
+/* ---- create ---- */
+
+/* What an existing member holds that a new superblock would destroy. */
+static const char *signature(int fd)
+{
+	static const struct {
+		off_t off;
+		const char *magic;
+		size_t len;
+		const char *what;
+	} sigs[] = {
+		{ 0, SB_MAGIC, 8, "a bionbd superblock" },
+		{ 1080, "\x53\xef", 2, "an ext2/3/4 file system" },
+		{ 0, "XFSB", 4, "an XFS file system" },
+		{ 65600, "_BHRfS_M", 8, "a btrfs file system" },
+		{ 4086, "SWAPSPACE2", 10, "swap space" },
+		{ 0, "LUKS\xba\xbe", 6, "a LUKS header" },
+		{ 512, "LABELONE", 8, "an LVM physical volume" },
+		{ 512, "EFI PART", 8, "a GPT partition table" },
+		{ 510, "\x55\xaa", 2, "a DOS partition table or boot sector" },
+	};
+	char buf[16];
+
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		if (pread(fd, buf, sigs[i].len, sigs[i].off) ==
+			    (ssize_t)sigs[i].len &&
+		    !memcmp(buf, sigs[i].magic, sigs[i].len))
+			return sigs[i].what;
+	return NULL;
+}
+
+static uint64_t fd_bytes(int fd)
+{
+	struct stat st;
+	uint64_t n = 0;
+
+	if (fstat(fd, &st))
+		return 0;
+	if (S_ISBLK(st.st_mode))
+		return ioctl(fd, BLKGETSIZE64, &n) ? 0 : n;
+	return (uint64_t)st.st_size;
+}
+
+/* Zero [from, to) of a member: bytes a later format may give a meaning. */
+static int zero_range(int fd, uint64_t from, uint64_t to)
+{
+	static const uint8_t zeros[65536];
+
+	if (!fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		       (off_t)from, (off_t)(to - from)))
+		return 0;
+	while (from < to) {
+		size_t n = to - from < sizeof(zeros) ? to - from : sizeof(zeros);
+		ssize_t w = pwrite(fd, zeros, n, (off_t)from);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -errno;
+		from += (uint64_t)w;
+	}
+	return 0;
+}
+
+struct create_opts {
+	uint64_t chunk, size, data_offset;
+	const char *name;
+	bool force;
+};
+
+static int do_create(const struct create_opts *o, char **paths, int n)
+{
+	struct superblock sb = { 0 };
+	struct stripe_geom g;
+	uint64_t member_bytes, min = UINT64_MAX, now = (uint64_t)time(NULL);
+	int fds[SB_MAX_ROLES], rc = 1, opened = 0;
+	struct stat st[SB_MAX_ROLES];
+	char u[37];
+
+	if (n < 1 || n > (int)SB_MAX_ROLES)
+		return fail("create: 1 to %u members, %d given", SB_MAX_ROLES,
+			    n);
+	if (strlen(o->name) >= SB_NAME_BYTES)
+		return fail("--name %s: at most %u bytes", o->name,
+			    SB_NAME_BYTES - 1);
+	stripe_geom_init(&g, (unsigned int)n, o->chunk);
+	for (int i = 0; i < n; i++, opened++) {
+		const char *what;
+
+		fds[i] = open(paths[i], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		if (fds[i] < 0 || fstat(fds[i], &st[i])) {
+			fail("member %s: %s", paths[i], strerror(errno));
+			goto out;
+		}
+		if (!S_ISREG(st[i].st_mode) && !S_ISBLK(st[i].st_mode)) {
+			fail("member %s: not a regular file or block device",
+			     paths[i]);
+			goto out;
+		}
+		for (int j = 0; j < i; j++)
+			if (st[i].st_dev == st[j].st_dev &&
+			    st[i].st_ino == st[j].st_ino &&
+			    st[i].st_rdev == st[j].st_rdev) {
+				fail("member %s: given twice (as %s too)",
+				     paths[i], paths[j]);
+				goto out;
+			}
+		what = signature(fds[i]);
+		if (what && !o->force) {
+			fail("member %s: holds %s (--force to overwrite it)",
+			     paths[i], what);
+			goto out;
+		}
+		if (fd_bytes(fds[i]) < min)
+			min = fd_bytes(fds[i]);
+	}
+	sb.size_bytes = o->size;
+	if (!sb.size_bytes) {
+		/* Whole stripes of what the smallest member holds. */
+		uint64_t per = min > o->data_offset ? min - o->data_offset : 0;
+
+		sb.size_bytes = per / o->chunk * o->chunk * (uint64_t)n;
+		if (!sb.size_bytes) {
+			fail("members too small for one stripe after the data "
+			     "offset: give --size");
+			goto out;
+		}
+	}
+	if (sb.size_bytes % 512 || sb.size_bytes > (1ull << 60) ||
+	    stripe_member_bytes(&g, sb.size_bytes, &member_bytes)) {
+		fail("--size %" PRIu64 ": not a multiple of 512 up to 1E",
+		     sb.size_bytes);
+		goto out;
+	}
+	member_bytes += o->data_offset;
+	for (int i = 0; i < n; i++) {
+		if (fd_bytes(fds[i]) >= member_bytes)
+			continue;
+		if (S_ISBLK(st[i].st_mode)) {
+			fail("member %s: %" PRIu64 " bytes, the volume needs %" PRIu64,
+			     paths[i], fd_bytes(fds[i]), member_bytes);
+			goto out;
+		}
+		if (ftruncate(fds[i], (off_t)member_bytes)) {
+			fail("member %s: %s", paths[i], strerror(errno));
+			goto out;
+		}
+	}
+
+	sb.version = SB_VERSION;
+	snprintf(sb.name, sizeof(sb.name), "%s", o->name);
+	sb.level = SB_LEVEL_RAID0;
+	sb.nr_roles = (uint32_t)n;
+	sb.flags = SB_FLAG_CLEAN;
+	sb.chunk_bytes = o->chunk;
+	sb.data_offset = o->data_offset;
+	sb.events = 1;
+	sb.ctime = sb.utime = now;
+	if (sb_uuid_generate(sb.volume_uuid)) {
+		fail("getrandom: %s", strerror(errno));
+		goto out;
+	}
+	for (int i = 0; i < n; i++)
+		if (sb_uuid_generate(sb.roles[i].uuid)) {
+			fail("getrandom: %s", strerror(errno));
+			goto out;
+		}
+	for (int i = 0; i < n; i++) {
+		int r;
+
+		sb.role = (uint32_t)i;
+		memcpy(sb.member_uuid, sb.roles[i].uuid, 16);
+		r = zero_range(fds[i], SB_BYTES, o->data_offset);
+		r = r ?: sb_write(fds[i], &sb);
+		if (r) {
+			fail("member %s: writing the superblock: %s", paths[i],
+			     strerror(-r));
+			goto out;
+		}
+	}
+	sb_uuid_format(sb.volume_uuid, u);
+	printf("created volume '%s' (%s): raid0, %d members, stripe %" PRIu64
+	       ", size %" PRIu64 ", data offset %" PRIu64 "\n",
+	       sb.name, u, n, sb.chunk_bytes, sb.size_bytes, sb.data_offset);
+	rc = 0;
+out:
+	for (int i = 0; i < opened; i++)
+		close(fds[i]);
+	return rc;
+}
+
+static int cmd_create(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "level", required_argument, NULL, 'l' },
+		{ "stripe-size", required_argument, NULL, 'S' },
+		{ "size", required_argument, NULL, 's' },
+		{ "name", required_argument, NULL, 'n' },
+		{ "data-offset", required_argument, NULL, 'D' },
+		{ "force", no_argument, NULL, 'f' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct create_opts o = { .chunk = STRIPE_DEFAULT_CHUNK, .name = "" };
+	bool offset_set = false;
+	char err[256];
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "f", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'l':
+			if (strcmp(optarg, "raid0"))
+				return fail("--level %s: only raid0 for now "
+					    "(raid1 and raid10 come with the "
+					    "mirror)", optarg);
+			break;
+		case 'S':
+			if (conf_parse_chunk(optarg, &o.chunk, err, sizeof(err)))
+				return fail("--stripe-size %s: %s", optarg, err);
+			break;
+		case 's':
+			if (parse_size(optarg, &o.size) || !o.size)
+				return fail("--size %s: expected a size (e.g. 4G)",
+					    optarg);
+			break;
+		case 'n': o.name = optarg; break;
+		case 'D':
+			if (parse_size(optarg, &o.data_offset))
+				return fail("--data-offset %s: expected a size",
+					    optarg);
+			offset_set = true;
+			break;
+		case 'f': o.force = true; break;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!offset_set)
+		o.data_offset = o.chunk > SB_DEFAULT_DATA_OFFSET ?
+					o.chunk :
+					SB_DEFAULT_DATA_OFFSET;
+	if (o.data_offset < SB_BYTES || o.data_offset % 4096 ||
+	    o.data_offset % o.chunk || o.data_offset > (1ull << 40))
+		return fail("--data-offset %" PRIu64 ": a multiple of 4K and "
+			    "of the stripe size, 4K to 1T", o.data_offset);
+	if (optind >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	return do_create(&o, argv + optind, argc - optind);
+}
+
+/* ---- info ---- */
+
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
+}
+
+struct member_info {
+	int r; /* sb_read's */
+	char why[256];
+	struct superblock sb;
+};
+
+static void info_text(char **paths, int n, const struct member_info *mi,
+		      int ar, const struct sb_volume *v, const char *why)
+{
+	char u[37];
+
+	for (int i = 0; i < n; i++) {
+		const struct superblock *sb = &mi[i].sb;
+
+		if (mi[i].r) {
+			printf("%s: %s\n", paths[i], mi[i].why);
+			continue;
+		}
+		sb_uuid_format(sb->volume_uuid, u);
+		printf("%s: volume '%s' %s, %s, role %u of %u (%s), stripe %"
+		       PRIu64 ", size %" PRIu64 ", data offset %" PRIu64
+		       ", events %" PRIu64 ", %s\n",
+		       paths[i], sb->name, u, sb_level_name(sb->level),
+		       sb->role, sb->nr_roles,
+		       sb_role_state_name(sb->roles[sb->role].state),
+		       sb->chunk_bytes, sb->size_bytes, sb->data_offset,
+		       sb->events, sb->flags & SB_FLAG_CLEAN ? "clean" :
+							      "not clean");
+	}
+	if (ar == -ENOENT) {
+		printf("headerless: no member has a superblock\n");
+	} else if (ar) {
+		printf("not a complete volume: %s\n", why);
+	} else {
+		printf("volume '%s': complete and consistent; members by role:",
+		       v->sb.name);
+		for (unsigned int r = 0; r < v->nr; r++)
+			printf(" %s", paths[v->order[r]]);
+		putchar('\n');
+	}
+}
+
+static void info_json(char **paths, int n, const struct member_info *mi,
+		      int ar, const struct sb_volume *v, const char *why)
+{
+	char u[37];
+
+	printf("{\"members\": [");
+	for (int i = 0; i < n; i++) {
+		const struct superblock *sb = &mi[i].sb;
+
+		printf("%s{\"path\": ", i ? ", " : "");
+		json_str(paths[i]);
+		printf(", \"superblock\": %s", mi[i].r ? "false" : "true");
+		if (mi[i].r) {
+			printf(", \"error\": ");
+			json_str(mi[i].r == -ENOENT ? "no superblock" :
+						      mi[i].why);
+			printf("}");
+			continue;
+		}
+		sb_uuid_format(sb->volume_uuid, u);
+		printf(", \"volume_uuid\": \"%s\", \"name\": ", u);
+		json_str(sb->name);
+		sb_uuid_format(sb->member_uuid, u);
+		printf(", \"level\": \"%s\", \"role\": %u, \"members\": %u, "
+		       "\"state\": \"%s\", \"stripe_size\": %" PRIu64
+		       ", \"size\": %" PRIu64 ", \"data_offset\": %" PRIu64
+		       ", \"events\": %" PRIu64 ", \"clean\": %s, "
+		       "\"member_uuid\": \"%s\", \"ctime\": %" PRIu64
+		       ", \"utime\": %" PRIu64 "}",
+		       sb_level_name(sb->level), sb->role, sb->nr_roles,
+		       sb_role_state_name(sb->roles[sb->role].state),
+		       sb->chunk_bytes, sb->size_bytes, sb->data_offset,
+		       sb->events, sb->flags & SB_FLAG_CLEAN ? "true" : "false",
+		       u, sb->ctime, sb->utime);
+	}
+	printf("], \"volume\": {\"complete\": %s, \"headerless\": %s",
+	       ar ? "false" : "true", ar == -ENOENT ? "true" : "false");
+	if (ar) {
+		printf(", \"reason\": ");
+		json_str(why);
+	} else {
+		sb_uuid_format(v->sb.volume_uuid, u);
+		printf(", \"uuid\": \"%s\", \"name\": ", u);
+		json_str(v->sb.name);
+		printf(", \"by_role\": [");
+		for (unsigned int r = 0; r < v->nr; r++) {
+			printf("%s", r ? ", " : "");
+			json_str(paths[v->order[r]]);
+		}
+		printf("]");
+	}
+	printf("}}\n");
+}
+
+static int cmd_info(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct member_info *mi;
+	struct sb_volume *v;
+	bool json = false;
+	char why[512];
+	int ch, n, ar;
+
+	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		if (ch != 'j') {
+			usage(stderr);
+			return 2;
+		}
+		json = true;
+	}
+	n = argc - optind;
+	if (n < 1) {
+		usage(stderr);
+		return 2;
+	}
+	mi = calloc((size_t)n, sizeof(*mi));
+	v = malloc(sizeof(*v));
+	if (!mi || !v)
+		return fail("out of memory");
+	for (int i = 0; i < n; i++) {
+		int fd = open(argv[optind + i], O_RDONLY | O_CLOEXEC);
+
+		if (fd < 0) {
+			mi[i].r = -errno;
+			snprintf(mi[i].why, sizeof(mi[i].why), "%s",
+				 strerror(errno));
+			continue;
+		}
+		mi[i].r = sb_read(fd, &mi[i].sb, mi[i].why, sizeof(mi[i].why));
+		close(fd);
+	}
+	ar = sb_assemble((const char *const *)argv + optind, (unsigned int)n,
+			 v, why, sizeof(why));
+	if (json)
+		info_json(argv + optind, n, mi, ar, v, why);
+	else
+		info_text(argv + optind, n, mi, ar, v, why);
+	free(mi);
+	free(v);
+	return ar ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "create"))
+		return cmd_create(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "info"))
+		return cmd_info(argc - 1, argv + 1);
+	fprintf(stderr, "bioctl: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}
