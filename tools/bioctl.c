@@ -5,21 +5,28 @@
  *   bioctl create [--level raid0] [--stripe-size SIZE] [--size SIZE]
  *                 [--name NAME] [--data-offset SIZE] [--force] MEMBER...
  *   bioctl info [--json] MEMBER...
+ *   bioctl check [--from OFFSET] MEMBER...
  *
  * create writes a superblock on every member, role i for the i-th member
  * given, creating or extending sparse files as the size needs; it refuses
  * a member that already carries a superblock, a file system or a
  * partition table unless --force.  info shows each member's superblock
  * and whether the members make one complete, consistent volume, with the
- * same check the servers make when they start (sb_assemble).
+ * same check the servers make when they start (sb_assemble).  check makes
+ * that check, then reads every byte of every member's data and reports
+ * the ranges that cannot be read; on a terminal it shows a progress bar,
+ * elsewhere a line every few seconds, and Ctrl-C stops it with the offset
+ * to resume from (--from).
  *
- * Exit status: 0 done (info: a complete volume); 1 refused or failed
- * (info: not a complete volume, or headerless); 2 usage.
+ * Exit status: 0 done (info: a complete volume; check: clean); 1 refused
+ * or failed (info: not a complete volume, or headerless; check: unreadable
+ * ranges); 2 usage, or (check) members that do not make a volume.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -42,6 +49,7 @@ static void usage(FILE *f)
 	fputs("Usage: bioctl create [--level raid0] [--stripe-size SIZE] [--size SIZE]\n"
 	      "                     [--name NAME] [--data-offset SIZE] [--force] MEMBER...\n"
 	      "       bioctl info [--json] MEMBER...\n"
+	      "       bioctl check [--from OFFSET] MEMBER...\n"
 	      "\n"
 	      "create: write a superblock on every member (role i = the i-th MEMBER),\n"
 	      "        creating or extending sparse files to hold SIZE; refuses members\n"
@@ -49,7 +57,10 @@ static void usage(FILE *f)
 	      "        --force.  Default stripe size 64K, data offset 1M (or the stripe\n"
 	      "        size if larger), size from the members when they exist.\n"
 	      "info:   each member's superblock, and whether they make a complete,\n"
-	      "        consistent volume (exit 0) or not (exit 1); --json for scripts.\n",
+	      "        consistent volume (exit 0) or not (exit 1); --json for scripts.\n"
+	      "check:  info's check, then read all data: exit 0 clean, 1 unreadable\n"
+	      "        ranges (listed), 2 not a volume.  --from resumes at a volume\n"
+	      "        offset (Ctrl-C prints it).\n",
 	      f);
 }
 
@@ -482,6 +493,197 @@ static int cmd_info(int argc, char **argv)
 	return ar ? 1 : 0;
 }
 
+/* ---- check ---- */
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * Progress of a long operation: a bar redrawn on a terminal, or a plain
+ * line every PROGRESS_LINE_S seconds for a log.
+ */
+#define PROGRESS_LINE_S 5.0
+
+struct progress {
+	const char *what;
+	uint64_t total, done, base;
+	double start, last;
+	bool tty;
+};
+
+static void progress_show(struct progress *p, bool final)
+{
+	double t = now_s(), el = t - p->start;
+	double rate = el > 0 ? (double)(p->done - p->base) / el : 0;
+	double eta = rate > 0 ? (double)(p->total - p->done) / rate : 0;
+	int pct = p->total ? (int)(p->done * 100 / p->total) : 100;
+
+	if (!final && t - p->last < (p->tty ? 0.2 : PROGRESS_LINE_S))
+		return;
+	p->last = t;
+	if (p->tty) {
+		char bar[31];
+		int fill = pct * 30 / 100;
+
+		memset(bar, '#', (size_t)fill);
+		memset(bar + fill, '.', (size_t)(30 - fill));
+		bar[30] = 0;
+		fprintf(stderr, "\r%s [%s] %3d%% %7.1f MB/s ETA %4.0f s ",
+			p->what, bar, pct, rate / 1e6, eta);
+		if (final)
+			fputc('\n', stderr);
+	} else {
+		fprintf(stderr, "%s: %d%% (%" PRIu64 " of %" PRIu64
+			" MiB), %.1f MB/s, ETA %.0f s\n",
+			p->what, pct, p->done >> 20, p->total >> 20, rate / 1e6,
+			eta);
+	}
+}
+
+/*
+ * Read the data of every role, one stripe row at a time (a chunk of each
+ * member: volume order), in reads of up to a chunk; a failed read is
+ * retried sector by sector so the report names exact ranges.
+ */
+static int check_data(char **paths, const struct sb_volume *v, uint64_t from)
+{
+	const struct superblock *sb = &v->sb;
+	uint64_t c = sb->chunk_bytes, n = v->nr, bad = 0, bad_ranges = 0;
+	uint8_t *buf = malloc(c);
+	int fds[SB_MAX_ROLES], rc = 0, opened = 0;
+	struct progress p = { .what = "check", .total = sb->size_bytes };
+	uint64_t off;
+
+	if (!buf)
+		return fail("out of memory");
+	for (unsigned int r = 0; r < v->nr; r++, opened++) {
+		fds[r] = open(paths[v->order[r]], O_RDONLY | O_CLOEXEC);
+		if (fds[r] < 0) {
+			rc = fail("member %s: %s", paths[v->order[r]],
+				  strerror(errno));
+			goto out;
+		}
+	}
+	from -= from % c;
+	p.tty = isatty(2);
+	p.start = p.last = now_s();
+	p.base = p.done = from;
+	for (off = from; off < sb->size_bytes && !interrupted; off += c) {
+		uint64_t k = off / c, len = sb->size_bytes - off;
+		int fd = fds[k % n];
+		uint64_t at = sb->data_offset + k / n * c;
+
+		if (len > c)
+			len = c;
+		if (pread(fd, buf, len, (off_t)at) == (ssize_t)len) {
+			p.done = off + len;
+			progress_show(&p, false);
+			continue;
+		}
+		/* Which sectors: one read each, runs reported together. */
+		for (uint64_t s = 0; s < len; s += 512) {
+			uint64_t run = 0;
+
+			while (s + run < len &&
+			       pread(fd, buf, 512, (off_t)(at + s + run)) != 512)
+				run += 512;
+			if (!run)
+				continue;
+			printf("unreadable: volume offset %" PRIu64 ", %" PRIu64
+			       " bytes (member %s, offset %" PRIu64 ")\n",
+			       off + s, run, paths[v->order[k % n]], at + s);
+			bad += run;
+			bad_ranges++;
+			s += run;
+		}
+		p.done = off + len;
+	}
+	if (interrupted) {
+		fprintf(stderr, "%sbioctl: check interrupted at volume offset %"
+			PRIu64 "; resume with: bioctl check --from %" PRIu64
+			" MEMBER...\n", p.tty ? "\n" : "", off, off);
+		rc = 130;
+		goto out;
+	}
+	progress_show(&p, true);
+	if (bad) {
+		printf("%" PRIu64 " unreadable bytes in %" PRIu64 " ranges\n",
+		       bad, bad_ranges);
+		rc = 1;
+	} else {
+		printf("volume '%s': superblocks consistent, %" PRIu64
+		       " bytes of data read%s\n",
+		       sb->name, sb->size_bytes - from,
+		       sb->flags & SB_FLAG_CLEAN ?
+			       "" :
+			       "; not clean (served now, or not shut down "
+			       "cleanly)");
+	}
+out:
+	for (int i = 0; i < opened; i++)
+		close(fds[i]);
+	free(buf);
+	return rc;
+}
+
+static int cmd_check(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "from", required_argument, NULL, 'F' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct sigaction sa = { .sa_handler = on_sigint };
+	struct sb_volume *v;
+	uint64_t from = 0;
+	char why[512];
+	int ch, n, r;
+
+	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		if (ch != 'F' || parse_size(optarg, &from)) {
+			usage(stderr);
+			return 2;
+		}
+	}
+	n = argc - optind;
+	if (n < 1) {
+		usage(stderr);
+		return 2;
+	}
+	v = malloc(sizeof(*v));
+	if (!v)
+		return fail("out of memory");
+	r = sb_assemble((const char *const *)argv + optind, (unsigned int)n,
+			v, why, sizeof(why));
+	if (r) {
+		printf("%s\n", r == -ENOENT ? "headerless: no superblocks to "
+					      "check" : why);
+		free(v);
+		return 2;
+	}
+	if (from >= v->sb.size_bytes) {
+		free(v);
+		return fail("--from %" PRIu64 ": past the volume's end", from);
+	}
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	r = check_data(argv + optind, v, from);
+	free(v);
+	return r;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -496,6 +698,8 @@ int main(int argc, char **argv)
 		return cmd_create(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "info"))
 		return cmd_info(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "check"))
+		return cmd_check(argc - 1, argv + 1);
 	fprintf(stderr, "bioctl: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;
