@@ -6,6 +6,8 @@
  *                 [--name NAME] [--data-offset SIZE] [--force] MEMBER...
  *   bioctl info [--json] MEMBER...
  *   bioctl check [--from OFFSET] MEMBER...
+ *   bioctl convert --stripe-size SIZE [--size SIZE] [--name NAME]
+ *                  [--max-rate RATE] MEMBER...
  *
  * create writes a superblock on every member, role i for the i-th member
  * given, creating or extending sparse files as the size needs; it refuses
@@ -50,6 +52,8 @@ static void usage(FILE *f)
 	      "                     [--name NAME] [--data-offset SIZE] [--force] MEMBER...\n"
 	      "       bioctl info [--json] MEMBER...\n"
 	      "       bioctl check [--from OFFSET] MEMBER...\n"
+	      "       bioctl convert --stripe-size SIZE [--size SIZE] [--name NAME]\n"
+	      "                      [--max-rate RATE] MEMBER...\n"
 	      "\n"
 	      "create: write a superblock on every member (role i = the i-th MEMBER),\n"
 	      "        creating or extending sparse files to hold SIZE; refuses members\n"
@@ -60,7 +64,11 @@ static void usage(FILE *f)
 	      "        consistent volume (exit 0) or not (exit 1); --json for scripts.\n"
 	      "check:  info's check, then read all data: exit 0 clean, 1 unreadable\n"
 	      "        ranges (listed), 2 not a volume.  --from resumes at a volume\n"
-	      "        offset (Ctrl-C prints it).\n",
+	      "        offset (Ctrl-C prints it).\n"
+	      "convert: make a headerless volume (served with that stripe size\n"
+	      "        and the members in that order) self-describing: each\n"
+	      "        member's data moves 1M up, then the superblocks are written.\n"
+	      "        Interrupted or killed, the same command resumes it.\n",
 	      f);
 }
 
@@ -148,14 +156,58 @@ struct create_opts {
 	bool force;
 };
 
+/*
+ * The superblocks of a new volume, role i on @fds[i]: the last step of
+ * create and of convert.  Returns 0, or 1 with the message printed.
+ */
+static int write_superblocks(const int *fds, char **paths, int n,
+			     const struct create_opts *o, uint64_t size,
+			     const char *verb)
+{
+	struct superblock sb = { 0 };
+	char u[37];
+
+	sb.version = SB_VERSION;
+	snprintf(sb.name, sizeof(sb.name), "%s", o->name);
+	sb.level = SB_LEVEL_RAID0;
+	sb.nr_roles = (uint32_t)n;
+	sb.flags = SB_FLAG_CLEAN;
+	sb.chunk_bytes = o->chunk;
+	sb.size_bytes = size;
+	sb.data_offset = o->data_offset;
+	sb.events = 1;
+	sb.ctime = sb.utime = (uint64_t)time(NULL);
+	if (sb_uuid_generate(sb.volume_uuid))
+		return fail("getrandom: %s", strerror(errno));
+	for (int i = 0; i < n; i++)
+		if (sb_uuid_generate(sb.roles[i].uuid))
+			return fail("getrandom: %s", strerror(errno));
+	for (int i = 0; i < n; i++) {
+		int r;
+
+		sb.role = (uint32_t)i;
+		memcpy(sb.member_uuid, sb.roles[i].uuid, 16);
+		r = zero_range(fds[i], SB_BYTES, o->data_offset);
+		r = r ?: sb_write(fds[i], &sb);
+		if (r)
+			return fail("member %s: writing the superblock: %s",
+				    paths[i], strerror(-r));
+	}
+	sb_uuid_format(sb.volume_uuid, u);
+	printf("%s volume '%s' (%s): raid0, %d members, stripe %" PRIu64
+	       ", size %" PRIu64 ", data offset %" PRIu64 "\n",
+	       verb, sb.name, u, n, sb.chunk_bytes, sb.size_bytes,
+	       sb.data_offset);
+	return 0;
+}
+
 static int do_create(const struct create_opts *o, char **paths, int n)
 {
 	struct superblock sb = { 0 };
 	struct stripe_geom g;
-	uint64_t member_bytes, min = UINT64_MAX, now = (uint64_t)time(NULL);
+	uint64_t member_bytes, min = UINT64_MAX;
 	int fds[SB_MAX_ROLES], rc = 1, opened = 0;
 	struct stat st[SB_MAX_ROLES];
-	char u[37];
 
 	if (n < 1 || n > (int)SB_MAX_ROLES)
 		return fail("create: 1 to %u members, %d given", SB_MAX_ROLES,
@@ -227,41 +279,8 @@ static int do_create(const struct create_opts *o, char **paths, int n)
 		}
 	}
 
-	sb.version = SB_VERSION;
-	snprintf(sb.name, sizeof(sb.name), "%s", o->name);
-	sb.level = SB_LEVEL_RAID0;
-	sb.nr_roles = (uint32_t)n;
-	sb.flags = SB_FLAG_CLEAN;
-	sb.chunk_bytes = o->chunk;
-	sb.data_offset = o->data_offset;
-	sb.events = 1;
-	sb.ctime = sb.utime = now;
-	if (sb_uuid_generate(sb.volume_uuid)) {
-		fail("getrandom: %s", strerror(errno));
+	if (write_superblocks(fds, paths, n, o, sb.size_bytes, "created"))
 		goto out;
-	}
-	for (int i = 0; i < n; i++)
-		if (sb_uuid_generate(sb.roles[i].uuid)) {
-			fail("getrandom: %s", strerror(errno));
-			goto out;
-		}
-	for (int i = 0; i < n; i++) {
-		int r;
-
-		sb.role = (uint32_t)i;
-		memcpy(sb.member_uuid, sb.roles[i].uuid, 16);
-		r = zero_range(fds[i], SB_BYTES, o->data_offset);
-		r = r ?: sb_write(fds[i], &sb);
-		if (r) {
-			fail("member %s: writing the superblock: %s", paths[i],
-			     strerror(-r));
-			goto out;
-		}
-	}
-	sb_uuid_format(sb.volume_uuid, u);
-	printf("created volume '%s' (%s): raid0, %d members, stripe %" PRIu64
-	       ", size %" PRIu64 ", data offset %" PRIu64 "\n",
-	       sb.name, u, n, sb.chunk_bytes, sb.size_bytes, sb.data_offset);
 	rc = 0;
 out:
 	for (int i = 0; i < opened; i++)
@@ -684,6 +703,318 @@ static int cmd_check(int argc, char **argv)
 	return r;
 }
 
+/* ---- convert ---- */
+
+/*
+ * A headerless volume becomes self-describing by moving each member's
+ * data D bytes up (D: the data offset) and then writing the superblocks.
+ * Blocks move from the top down, each at most D long, so a block's
+ * source and destination never overlap and moving one again after a
+ * crash copies the same bytes: the run is idempotent from its last
+ * checkpoint.  The checkpoint is the last 4 KiB of member 0 (grown for it
+ * if need be), above everything the move writes, fdatasync'ed after the
+ * member it describes; a resumed run finds it there before it looks at
+ * the (by then grown) member sizes, and takes the geometry from it.  The superblocks go last, so until the end the
+ * members carry no superblock (serve them only after convert finished).
+ */
+#define CV_MAGIC "bionbdCV"
+#define MIB (1u << 20)
+
+struct cv_state {
+	uint64_t chunk, size, data_offset;
+	uint32_t nr, member; /* the member being moved */
+	uint64_t pos; /* its bytes below pos are still to move */
+};
+
+static void cv_encode(const struct cv_state *c, uint8_t *b)
+{
+	uint64_t v[6] = { c->chunk, c->size, c->data_offset, c->nr,
+			  c->member, c->pos };
+	uint32_t crc;
+
+	memset(b, 0, SB_BYTES);
+	memcpy(b, CV_MAGIC, 8);
+	for (int i = 0; i < 6; i++)
+		for (int k = 0; k < 8; k++)
+			b[8 + 8 * i + k] = (uint8_t)(v[i] >> (8 * k));
+	crc = crc32c(0, b, 56);
+	for (int k = 0; k < 4; k++)
+		b[56 + k] = (uint8_t)(crc >> (8 * k));
+}
+
+/* 0 and *c filled, or -ENOENT when there is no (valid) checkpoint. */
+static int cv_decode(const uint8_t *b, struct cv_state *c)
+{
+	uint64_t v[6] = { 0 };
+	uint32_t crc = 0;
+
+	for (int k = 3; k >= 0; k--)
+		crc = crc << 8 | b[56 + k];
+	if (memcmp(b, CV_MAGIC, 8) || crc != crc32c(0, b, 56))
+		return -ENOENT;
+	for (int i = 0; i < 6; i++)
+		for (int k = 7; k >= 0; k--)
+			v[i] = v[i] << 8 | b[8 + 8 * i + k];
+	*c = (struct cv_state){ .chunk = v[0], .size = v[1],
+				.data_offset = v[2], .nr = (uint32_t)v[3],
+				.member = (uint32_t)v[4], .pos = v[5] };
+	return 0;
+}
+
+static int cv_save(int fd, uint64_t at, const struct cv_state *c)
+{
+	uint8_t b[SB_BYTES];
+
+	cv_encode(c, b);
+	if (pwrite(fd, b, sizeof(b), (off_t)at) != (ssize_t)sizeof(b))
+		return -errno ?: -EIO;
+	return fdatasync(fd) ? -errno : 0;
+}
+
+struct convert_opts {
+	struct create_opts c;
+	double max_rate; /* bytes a second; 0 = as fast as it goes */
+};
+
+/* Sleep enough that @done bytes since @start stay under @rate. */
+static void throttle(double start, uint64_t done, double rate)
+{
+	double ahead;
+
+	if (rate <= 0)
+		return;
+	ahead = (double)done / rate - (now_s() - start);
+	if (ahead > 0)
+		usleep((useconds_t)(ahead * 1e6));
+}
+
+/* Move member @fd's data [0, len) up by @c->data_offset, from @c->pos. */
+static int cv_move(int fd, int fd0, uint64_t state_at, struct cv_state *c,
+		   uint8_t *buf, struct progress *p, double rate)
+{
+	uint64_t d = c->data_offset, blk = d < MIB ? d : MIB;
+
+	while (c->pos && !interrupted) {
+		uint64_t n = c->pos % blk ? c->pos % blk : blk;
+		uint64_t from = c->pos - n;
+		int r;
+
+		if (pread(fd, buf, n, (off_t)from) != (ssize_t)n ||
+		    pwrite(fd, buf, n, (off_t)(from + d)) != (ssize_t)n)
+			return -errno ?: -EIO;
+		if (fdatasync(fd))
+			return -errno;
+		c->pos = from;
+		r = cv_save(fd0, state_at, c);
+		if (r)
+			return r;
+		p->done += n;
+		progress_show(p, false);
+		throttle(p->start, p->done - p->base, rate);
+	}
+	return 0;
+}
+
+static int do_convert(const struct convert_opts *o, char **paths, int n)
+{
+	const struct create_opts *co = &o->c;
+	uint64_t member_bytes, min = UINT64_MAX, size = co->size, state_at;
+	int fds[SB_MAX_ROLES], rc = 1, opened = 0, r;
+	struct progress p = { .what = "convert" };
+	struct cv_state c = { 0 }, saved;
+	uint8_t sbuf[SB_BYTES], *buf = NULL;
+	struct stripe_geom g;
+	struct superblock sb;
+	char why[256];
+
+	if (n < 1 || n > (int)SB_MAX_ROLES)
+		return fail("convert: 1 to %u members, %d given", SB_MAX_ROLES,
+			    n);
+	stripe_geom_init(&g, (unsigned int)n, co->chunk);
+	for (int i = 0; i < n; i++, opened++) {
+		fds[i] = open(paths[i], O_RDWR | O_CLOEXEC);
+		if (fds[i] < 0) {
+			fail("member %s: %s", paths[i], strerror(errno));
+			goto out;
+		}
+		if (sb_read(fds[i], &sb, why, sizeof(why)) != -ENOENT) {
+			fail("member %s: already has a superblock (or an "
+			     "unreadable start): nothing to convert", paths[i]);
+			goto out;
+		}
+	}
+	/* A run that stopped: its checkpoint says what the volume is. */
+	if (fd_bytes(fds[0]) >= SB_BYTES &&
+	    pread(fds[0], sbuf, sizeof(sbuf),
+		  (off_t)(fd_bytes(fds[0]) - SB_BYTES)) ==
+		    (ssize_t)sizeof(sbuf) &&
+	    !cv_decode(sbuf, &saved)) {
+		if (saved.chunk != co->chunk || (size && saved.size != size) ||
+		    saved.data_offset != co->data_offset ||
+		    saved.nr != (uint32_t)n || saved.member >= (uint32_t)n ||
+		    stripe_member_bytes(&g, saved.size, &member_bytes) ||
+		    saved.pos > member_bytes) {
+			fail("member %s holds the checkpoint of another "
+			     "conversion (stripe %" PRIu64 ", size %" PRIu64
+			     ", %u members): resume it with the same arguments",
+			     paths[0], saved.chunk, saved.size, saved.nr);
+			goto out;
+		}
+		c = saved;
+		size = c.size;
+		state_at = fd_bytes(fds[0]) - SB_BYTES;
+		fprintf(stderr, "bioctl: resuming: member %s, %" PRIu64
+			" bytes still to move\n", paths[c.member], c.pos);
+	} else {
+		/* The volume as bionbd serves it headerless. */
+		for (int i = 0; i < n; i++)
+			if (fd_bytes(fds[i]) < min)
+				min = fd_bytes(fds[i]);
+		if (!size)
+			size = min / co->chunk * co->chunk * (uint64_t)n;
+		if (!size || stripe_member_bytes(&g, size, &member_bytes)) {
+			fail("members too small for one stripe of %" PRIu64
+			     " bytes", co->chunk * (uint64_t)n);
+			goto out;
+		}
+		for (int i = 0; i < n; i++)
+			if (fd_bytes(fds[i]) < member_bytes) {
+				fail("member %s: %" PRIu64 " bytes, a volume of %"
+				     PRIu64 " needs %" PRIu64, paths[i],
+				     fd_bytes(fds[i]), size, member_bytes);
+				goto out;
+			}
+		c = (struct cv_state){ .chunk = co->chunk, .size = size,
+				       .data_offset = co->data_offset,
+				       .nr = (uint32_t)n, .member = 0,
+				       .pos = member_bytes };
+		/* Room: every member for its data moved up, member 0 also
+		 * for the checkpoint at its end. */
+		state_at = member_bytes + co->data_offset;
+		if (fd_bytes(fds[0]) >= state_at + SB_BYTES)
+			state_at = fd_bytes(fds[0]) - SB_BYTES;
+		for (int i = 0; i < n; i++) {
+			uint64_t need = i ? member_bytes + co->data_offset :
+					    state_at + SB_BYTES;
+
+			if (fd_bytes(fds[i]) >= need)
+				continue;
+			if (ftruncate(fds[i], (off_t)need)) {
+				fail("member %s: %s (it needs %" PRIu64
+				     " bytes)", paths[i], strerror(errno), need);
+				goto out;
+			}
+		}
+	}
+	r = cv_save(fds[0], state_at, &c);
+	if (r) {
+		fail("member %s: checkpoint: %s", paths[0], strerror(-r));
+		goto out;
+	}
+	buf = malloc(MIB);
+	if (!buf) {
+		fail("out of memory");
+		goto out;
+	}
+	p.total = member_bytes * (uint64_t)n;
+	p.done = p.base = member_bytes * c.member + (member_bytes - c.pos);
+	p.tty = isatty(2);
+	p.start = p.last = now_s();
+	for (; c.member < (uint32_t)n; c.member++, c.pos = member_bytes) {
+		r = cv_move(fds[c.member], fds[0], state_at, &c, buf, &p,
+			    o->max_rate);
+		if (r) {
+			fail("member %s: %s", paths[c.member], strerror(-r));
+			goto out;
+		}
+		if (interrupted)
+			break;
+		if (c.member + 1 == (uint32_t)n)
+			break;
+	}
+	if (interrupted) {
+		fprintf(stderr, "%sbioctl: convert interrupted; run the same "
+			"command again to resume (the members are not usable "
+			"until it finishes)\n", p.tty ? "\n" : "");
+		rc = 130;
+		goto out;
+	}
+	progress_show(&p, true);
+	if (write_superblocks(fds, paths, n, co, size, "converted"))
+		goto out;
+	/*
+	 * Done: the checkpoint goes (it lies past the volume's data), and the
+	 * room it took when convert made it.
+	 */
+	if (zero_range(fds[0], state_at, state_at + SB_BYTES) ||
+	    (state_at == member_bytes + co->data_offset &&
+	     ftruncate(fds[0], (off_t)state_at)))
+		fail("member %s: could not clear the checkpoint (harmless: "
+		     "it lies past the volume's data)", paths[0]);
+	rc = 0;
+out:
+	for (int i = 0; i < opened; i++)
+		close(fds[i]);
+	free(buf);
+	return rc;
+}
+
+static int cmd_convert(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "stripe-size", required_argument, NULL, 'S' },
+		{ "size", required_argument, NULL, 's' },
+		{ "name", required_argument, NULL, 'n' },
+		{ "max-rate", required_argument, NULL, 'R' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct convert_opts o = { .c = { .chunk = 0, .name = "" } };
+	struct sigaction sa = { .sa_handler = on_sigint };
+	uint64_t rate;
+	char err[256];
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'S':
+			if (conf_parse_chunk(optarg, &o.c.chunk, err,
+					     sizeof(err)))
+				return fail("--stripe-size %s: %s", optarg, err);
+			break;
+		case 's':
+			if (parse_size(optarg, &o.c.size) || !o.c.size)
+				return fail("--size %s: expected a size", optarg);
+			break;
+		case 'n':
+			if (strlen(optarg) >= SB_NAME_BYTES)
+				return fail("--name %s: at most %u bytes", optarg,
+					    SB_NAME_BYTES - 1);
+			o.c.name = optarg;
+			break;
+		case 'R':
+			if (parse_size(optarg, &rate) || !rate)
+				return fail("--max-rate %s: bytes a second, "
+					    "e.g. 100M", optarg);
+			o.max_rate = (double)rate;
+			break;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!o.c.chunk)
+		return fail("convert: --stripe-size is required (the stripe "
+			    "size the volume was served with)");
+	if (optind >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	o.c.data_offset = o.c.chunk > SB_DEFAULT_DATA_OFFSET ?
+				  o.c.chunk :
+				  SB_DEFAULT_DATA_OFFSET;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	return do_convert(&o, argv + optind, argc - optind);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -700,6 +1031,8 @@ int main(int argc, char **argv)
 		return cmd_info(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "check"))
 		return cmd_check(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "convert"))
+		return cmd_convert(argc - 1, argv + 1);
 	fprintf(stderr, "bioctl: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;

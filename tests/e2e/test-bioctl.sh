@@ -7,7 +7,13 @@
 # headerless): exit 2.  Interrupted by SIGINT half way through a large
 # sparse volume: exit 130 with the volume offset to resume from, and
 # --from that offset finishes with exit 0 and reads only the rest.  Not
-# on a terminal, progress is plain lines ("check: N% ...").
+# on a terminal, progress is plain lines ("check: N% ...").  bioctl
+# convert: 48 MiB of random data written through bionbd onto a headerless
+# volume; convert (rate-limited) killed with SIGKILL half way, then run
+# again: it resumes from its checkpoint; a resume with other arguments is
+# refused; afterwards the members (given in another order) serve the same
+# bytes, carry superblocks with the data 1 MiB in, and convert refuses
+# them.  SIGINT stops a convert cleanly with how to resume.
 source "$(dirname "$0")/functions.sh"
 
 [[ -x $BIOCTL ]] || die "$BIOCTL not built"
@@ -55,4 +61,48 @@ from=$(sed -n 's/.*resume with: bioctl check --from \([0-9]*\) MEMBER.*/\1/p' er
 [[ $from -gt 0 && $from -lt $((8 << 30)) ]] || die "no resume offset: $(cat err)"
 "$BIOCTL" check --from "$from" x0 x1 >out 2>err || die "resumed check: exit $?"
 expect_grep "^volume 'big': superblocks consistent, $(((8 << 30) - from)) bytes of data read$" out
+log "convert: SIGKILL half way, resume, same data"
+requires nbdcopy
+[[ -x $BIONBD ]] || die "$BIONBD not built"
+head -c $((48 << 20)) /dev/urandom >src
+start_bionbd --size 48M h0 h1 h2
+nbdcopy src "$NBD_URI" || die "nbdcopy onto the headerless volume"
+stop_bionbd
+"$BIOCTL" convert --stripe-size 64K --name conv --max-rate 16M h0 h1 h2 \
+    >cv.out 2>cv.err &
+pid=$!
+sleep 1.5
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null || :
+rc=0
+"$BIOCTL" convert --stripe-size 128K h0 h1 h2 >cv.out 2>cv.err || rc=$?
+[[ $rc -eq 1 ]] || die "a resume with another stripe size: exit $rc"
+expect_grep "holds the checkpoint of another conversion" cv.err
+"$BIOCTL" convert --stripe-size 64K --name conv h0 h1 h2 >cv.out 2>cv.err ||
+    die "resumed convert: exit $? $(cat cv.out cv.err)"
+expect_grep "^bioctl: resuming: member h[0-2], [0-9]+ bytes still to move$" cv.err
+expect_grep "^converted volume 'conv' .*: raid0, 3 members, stripe 65536, size 50331648, data offset 1048576$" cv.out
+"$BIOCTL" info h2 h0 h1 >info.txt || die "info after convert"
+expect_grep "volume 'conv': complete and consistent; members by role: h0 h1 h2" info.txt
+start_bionbd h2 h1 h0
+nbdcopy "$NBD_URI" back || die "nbdcopy out of the converted volume"
+stop_bionbd
+cmp src <(head -c $((48 << 20)) back) || die "the converted volume's data differs"
+rc=0
+"$BIOCTL" convert --stripe-size 64K h0 h1 h2 >cv.out 2>cv.err || rc=$?
+[[ $rc -eq 1 ]] && expect_grep "already has a superblock" cv.err
+
+log "convert: SIGINT stops cleanly and says how to resume"
+truncate -s 64M i0 i1
+"$BIOCTL" convert --stripe-size 64K --max-rate 8M i0 i1 >cv.out 2>cv.err &
+pid=$!
+sleep 1
+kill -INT "$pid"
+rc=0
+wait "$pid" || rc=$?
+[[ $rc -eq 130 ]] || die "interrupted convert: exit $rc $(cat cv.err)"
+expect_grep "convert interrupted; run the same command again to resume" cv.err
+"$BIOCTL" convert --stripe-size 64K i0 i1 >cv.out 2>cv.err ||
+    die "resumed convert after SIGINT: exit $?"
+expect_grep "^converted volume" cv.out
 log "ok"
