@@ -7,7 +7,8 @@
 # headerless): exit 2.  Interrupted by SIGINT half way through a large
 # sparse volume: exit 130 with the volume offset to resume from, and
 # --from that offset finishes with exit 0 and reads only the rest.  Not
-# on a terminal, progress is plain lines ("check: N% ...").  bioctl
+# on a terminal, progress is plain lines ("check: N% ..."); on a pty
+# (script(1)) a bar.  bioctl
 # convert: 48 MiB of random data written through bionbd onto a headerless
 # volume; convert (rate-limited) killed with SIGKILL half way, then run
 # again: it resumes from its checkpoint; a resume with other arguments is
@@ -25,6 +26,13 @@ expect_ok "$BIOCTL" create --name small --size 16M a b c
 "$BIOCTL" check c a b >out 2>err || die "check: exit $? $(cat out err)"
 expect_grep "^volume 'small': superblocks consistent, 16777216 bytes of data read$" out
 expect_grep "^check: 100% \(16 of 16 MiB\)" err
+
+log "on a terminal: a progress bar"
+if command -v script >/dev/null; then
+    script -qec "$BIOCTL check a b c" /dev/null >tty.out ||
+        die "check on a pty: exit $?"
+    expect_grep 'check \[#{30}\] 100%' tty.out
+fi
 
 log "a member too short: unreadable ranges, exit 1"
 cp b b.bak

@@ -8,7 +8,8 @@
 # nbdkit-bio-plugin(1)'s PARAMETERS and the other way round; every
 # [server] key and every export key that bionbd accepts (as its message
 # for an unknown key lists them) is an item of bionbd.conf(5) and the
-# other way round.
+# other way round; every command and option of "bioctl --help" is in
+# bioctl(8).
 source "$(dirname "$0")/functions.sh"
 
 requires man
@@ -19,6 +20,7 @@ MAN_DIR=$BUILD_DIR/docs
 PAGE_BIONBD=$MAN_DIR/bionbd.8
 PAGE_PLUGIN=$MAN_DIR/nbdkit-bio-plugin.1
 PAGE_CONF=$MAN_DIR/bionbd.conf.5
+PAGE_BIOCTL=$MAN_DIR/bioctl.8
 
 # Plain text, whatever the caller's man(1) settings.
 unset MAN_KEEP_FORMATTING MANOPT MANROFFOPT GROFF_NO_SGR
@@ -70,7 +72,7 @@ same_sets() {
     log "$what: $(wc -l <"$a") the same in $an and $bn"
 }
 
-for page in "$PAGE_BIONBD" "$PAGE_PLUGIN" "$PAGE_CONF"; do
+for page in "$PAGE_BIONBD" "$PAGE_PLUGIN" "$PAGE_CONF" "$PAGE_BIOCTL"; do
     [[ -f $page ]] || die "$page not built (docs/CMakeLists.txt, add_subdirectory(docs))"
 done
 
@@ -78,6 +80,7 @@ log "(a) each page renders without warnings"
 render "$PAGE_BIONBD" "$tmp/bionbd.txt"
 render "$PAGE_PLUGIN" "$tmp/plugin.txt"
 render "$PAGE_CONF" "$tmp/conf.txt"
+render "$PAGE_BIOCTL" "$tmp/bioctl.txt"
 has_sections "$tmp/bionbd.txt" NAME SYNOPSIS DESCRIPTION OPTIONS SIGNALS \
     "EXIT STATUS" ENVIRONMENT FILES EXAMPLES "SEE ALSO"
 has_sections "$tmp/plugin.txt" NAME SYNOPSIS DESCRIPTION PARAMETERS \
@@ -148,4 +151,13 @@ same_sets "export keys" "bionbd" "$tmp/export.keys" \
     "bionbd.conf(5) EXPORT SECTIONS" "$tmp/export.page"
 
 ((${#failed[@]} == 0)) || die "these differ (see above): ${failed[*]}"
+
+log "(e) every command and option bioctl --help names is in bioctl(8)"
+[[ -x $BIOCTL ]] || die "$BIOCTL not built"
+"$BIOCTL" --help >"$tmp/bioctl.help"
+for word in create info check convert \
+    $(grep -o -- '--[a-z][a-z-]*' "$tmp/bioctl.help" | sort -u); do
+    grep -q -- "$word" "$tmp/bioctl.txt" ||
+        die "bioctl --help names $word; bioctl(8) does not"
+done
 log "PASS"
