@@ -101,8 +101,10 @@ static int psk_add(struct srv_tls *t, const char *id, const char *hex)
 	return 0;
 }
 
-/* Every line checked: a typo in a key file is a start-up error, not a
- * client that mysteriously cannot connect. */
+/*
+ * Every line checked: a typo in a key file is a start-up error, not a
+ * client that mysteriously cannot connect.
+ */
 static int psk_load(struct srv_tls *t, const char *path, char *err,
 		    size_t errlen)
 {

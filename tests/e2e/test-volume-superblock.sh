@@ -8,7 +8,7 @@
 # members where the rule says (chunk k on role k % N at data offset +
 # (k / N) * stripe); the volume name is the export description; the clean
 # flag is cleared while serving and set again after a clean stop (bioctl
-# info --json, parsed).  Refused in one line, exit 1: a member of another
+# info --json, parsed), and bionbd -r leaves it alone.  Refused in one line, exit 1: a member of another
 # volume with the same geometry, a missing member, two members with one
 # role, a stale member (lower event count), one flipped bit, a truncated
 # superblock, a member too short for its data, a headerless member among
@@ -104,6 +104,19 @@ for k in range(len(src) // C):
     if m[k % N][at:at + C] != src[k * C:(k + 1) * C]:
         raise SystemExit(f"chunk {k} is not on role {k % N} at {at}")
 PY
+
+# (nbdkit -r only makes the clients read-only: the plugin still opens the
+# volume for writing, so only bionbd -r promises not to write.)
+if [[ $SERVER == bionbd ]]; then
+    log "read-only: the superblocks are not written"
+    start_server -r b a d c
+    [[ $(clean a b c d) == true ]] ||
+        die "a read-only server cleared the clean flag"
+    nbdcopy "$NBD_URI" back-ro || die "nbdcopy out read-only"
+    stop_server
+    cmp src back-ro || die "read-only: data differs"
+    [[ $(clean a b c d) == true ]] || die "the clean flag after a read-only server"
+fi
 
 log "refusals: one line each, exit 1"
 expect_ok "$BIOCTL" create --name vol2 --size 32M e f g h
