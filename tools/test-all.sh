@@ -2,7 +2,8 @@
 # test-all.sh - the README's test command: install, build with -Werror, run
 # the whole ctest suite, then rebuild with ASan/UBSan and run the suite
 # again under the sanitizers, then fuzz the handshake and request parsing
-# for 60 s (tools/fuzz.sh).  Exit status is non-zero if anything failed.
+# and the superblock parser for 60 s (tools/fuzz.sh).  Exit status is
+# non-zero if anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
