@@ -822,6 +822,7 @@ static int do_convert(const struct convert_opts *o, char **paths, int n)
 	int fds[SB_MAX_ROLES], rc = 1, opened = 0, r;
 	struct progress p = { .what = "convert" };
 	struct cv_state c = { 0 }, saved;
+	bool moved;
 	uint8_t sbuf[SB_BYTES], *buf = NULL;
 	struct stripe_geom g;
 	struct superblock sb;
@@ -837,12 +838,24 @@ static int do_convert(const struct convert_opts *o, char **paths, int n)
 			fail("member %s: %s", paths[i], strerror(errno));
 			goto out;
 		}
+	}
+	/*
+	 * Superblocks on the members: a finished volume, or a run that died
+	 * while writing them after moving all data (its checkpoint says so,
+	 * and the superblocks are simply written again).
+	 */
+	moved = fd_bytes(fds[0]) >= SB_BYTES &&
+		pread(fds[0], sbuf, sizeof(sbuf),
+		      (off_t)(fd_bytes(fds[0]) - SB_BYTES)) ==
+			(ssize_t)sizeof(sbuf) &&
+		!cv_decode(sbuf, &saved) && saved.member + 1 == saved.nr &&
+		!saved.pos;
+	for (int i = 0; i < n && !moved; i++)
 		if (sb_read(fds[i], &sb, why, sizeof(why)) != -ENOENT) {
 			fail("member %s: already has a superblock (or an "
 			     "unreadable start): nothing to convert", paths[i]);
 			goto out;
 		}
-	}
 	/* A run that stopped: its checkpoint says what the volume is. */
 	if (fd_bytes(fds[0]) >= SB_BYTES &&
 	    pread(fds[0], sbuf, sizeof(sbuf),
