@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -768,28 +769,53 @@ static const struct target_ops sb_target_ops = {
 	.iomap = sb_target_iomap,
 };
 
+/*
+ * The descriptors also hold an exclusive flock(2) on every member for as
+ * long as the volume is open: a second writer (another server, bioctl
+ * create or convert) is refused instead of interleaving with this one.
+ */
 static int sb_target_create(struct target **out, struct target *stripe,
-			    const char *const *paths, unsigned int nr)
+			    const char *const *paths, unsigned int nr,
+			    const char *name, char *errbuf, size_t errlen)
 {
 	struct sb_target *st = calloc(1, sizeof(*st) + nr * sizeof(int));
 	int r = 0;
 
 	if (!st)
-		return -ENOMEM;
+		return verr(errbuf, errlen, -ENOMEM, "out of memory");
 	st->t.ops = &sb_target_ops;
 	st->t.size_bytes = stripe->size_bytes;
 	st->t.name = strdup("stripe");
 	for (unsigned int i = 0; i < nr; i++, st->nr++) {
 		st->fds[i] = open(paths[i], O_RDWR | O_CLOEXEC);
 		if (st->fds[i] < 0) {
-			r = -errno;
+			r = verr(errbuf, errlen, -errno, "member %s: %s",
+				 paths[i], strerror(errno));
+			break;
+		}
+		if (flock(st->fds[i], LOCK_EX | LOCK_NB)) {
+			r = errno == EWOULDBLOCK ?
+				    verr(errbuf, errlen, -EBUSY,
+					 "member %s: in use by another process "
+					 "(a server or bioctl has the volume "
+					 "open)",
+					 paths[i]) :
+				    verr(errbuf, errlen, -errno,
+					 "member %s: flock: %s", paths[i],
+					 strerror(errno));
+			st->nr++; /* close it too */
 			break;
 		}
 	}
 	if (!r && !st->t.name)
-		r = -ENOMEM;
-	if (!r)
+		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
+	if (!r) {
 		r = sb_mark(st->fds, st->nr, false);
+		if (r)
+			verr(errbuf, errlen, r,
+			     "volume '%s': writing the superblocks: %s", name,
+			     strerror(-r));
+	}
 	if (r) {
 		for (unsigned int i = 0; i < st->nr; i++)
 			close(st->fds[i]);
@@ -884,14 +910,12 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 	}
 	opened = 0; /* the stripe owns them now */
 	if (v->nr && !cfg->readonly) {
-		struct target *top;
+		struct target *top = NULL;
 
-		r = sb_target_create(&top, stripe, paths, n);
+		r = sb_target_create(&top, stripe, paths, n, v->sb.name,
+				     errbuf, errlen);
 		if (r) {
 			target_destroy(stripe);
-			verr(errbuf, errlen, r,
-			     "volume '%s': writing the superblocks: %s",
-			     v->sb.name, strerror(-r));
 			goto out;
 		}
 		stripe = top;

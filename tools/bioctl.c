@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -150,6 +151,21 @@ static int zero_range(int fd, uint64_t from, uint64_t to)
 	return 0;
 }
 
+/*
+ * The servers hold an exclusive flock(2) on the members of a writable
+ * self-describing volume; create and convert take the same, so neither
+ * rewrites a volume that is being served.  Returns 0, or 1 with a message.
+ */
+static int lock_member(int fd, const char *path)
+{
+	if (!flock(fd, LOCK_EX | LOCK_NB))
+		return 0;
+	if (errno == EWOULDBLOCK)
+		return fail("member %s: in use by another process (a server or "
+			    "bioctl has the volume open)", path);
+	return fail("member %s: flock: %s", path, strerror(errno));
+}
+
 struct create_opts {
 	uint64_t chunk, size, data_offset;
 	const char *name;
@@ -224,6 +240,8 @@ static int do_create(const struct create_opts *o, char **paths, int n)
 			fail("member %s: %s", paths[i], strerror(errno));
 			goto out;
 		}
+		if (lock_member(fds[i], paths[i]))
+			goto out;
 		if (!S_ISREG(st[i].st_mode) && !S_ISBLK(st[i].st_mode)) {
 			fail("member %s: not a regular file or block device",
 			     paths[i]);
@@ -838,6 +856,8 @@ static int do_convert(const struct convert_opts *o, char **paths, int n)
 			fail("member %s: %s", paths[i], strerror(errno));
 			goto out;
 		}
+		if (lock_member(fds[i], paths[i]))
+			goto out;
 	}
 	/*
 	 * Superblocks on the members: a finished volume, or a run that died

@@ -4,7 +4,9 @@
 # bioctl create writes them (refusing members with a superblock or a file
 # system unless --force); members given in any order, on the command line
 # or in a config file, assemble by role: 32 MiB of random data written
-# through one order reads back the same through another, and lies on the
+# through one order reads back the same through another (while served, a
+# second server and bioctl create are refused: the members are locked),
+# and lies on the
 # members where the rule says (chunk k on role k % N at data offset +
 # (k / N) * stripe); the volume name is the export description; the clean
 # flag is cleared while serving and set again after a clean stop (bioctl
@@ -82,6 +84,15 @@ nbdinfo "$NBD_URI" >nbdinfo.txt
 expect_grep 'description: vol1' nbdinfo.txt
 [[ $(clean a b c d) == false ]] || die "the clean flag is still set while serving"
 nbdcopy src "$NBD_URI" || die "nbdcopy in"
+# While it is served, no second writer: another server, bioctl create or
+# convert are refused (flock); bioctl info still reads.
+first_log=$SERVER_LOG first_pid=$SERVER_PID first_sock=$NBD_SOCK
+server_refuses_once c a d b
+expect_grep "member (.*/)?[abcd]: in use by another process" "$SERVER_ERR"
+SERVER_LOG=$first_log SERVER_PID=$first_pid NBD_SOCK=$first_sock
+out=$("$BIOCTL" create --force --size 32M a b c d 2>&1) && die "create on a served volume: $out"
+[[ $out == *"in use by another process"* ]] || die "create on a served volume said: $out"
+expect_ok "$BIOCTL" info a b c d
 stop_server
 [[ $(clean a b c d) == true ]] || die "the clean flag is not set after a clean stop"
 cat >vol.conf <<EOF2
