@@ -22,10 +22,18 @@
 # export, creating its members in /var/lib/bionbd, and keeps serving after
 # the ExecReload signal (SIGHUP); without activation it listens on
 # 127.0.0.1:10809 itself; conf/example.conf, copied as shipped, is served
-# by bionbd -c and by nbdkit bio conf=.
+# by bionbd -c and by nbdkit bio conf=; and bionbd given no members and no
+# -c serves the configuration at its default path (a tmpfs over that
+# directory's parent in the namespace).
 source "$(dirname "$0")/functions.sh"
 
 # ------------------------------------------------------------ helpers
+
+# "... (or the exports of FILE.conf; with neither, of PATH) ...": PATH.
+conf_of_help() {
+    "$BIONBD" --help 2>&1 | tr '\n' ' ' | tr -s ' ' |
+        grep -o 'with neither, of /[^ )]*' | head -1 | sed 's/^with neither, of //'
+}
 
 # wait_nbd URI PID LOG WHAT: until nbdinfo gets URI's size (20 s); PID
 # exiting first fails the test, showing LOG.
@@ -191,6 +199,24 @@ in_namespace() {
     expect_size "nbd://127.0.0.1:10809/" $((4 << 30))
     expect_size "nbd://127.0.0.1:10809/golden" $((64 << 10))
     stop_ok "$pid" "$ns/n.log" "nbdkit bio conf=example.conf"
+
+    # Under a tmpfs on its parent directory (the real one stays as it is).
+    local conf etc
+    conf=$(conf_of_help)
+    etc=${conf%/bionbd/bionbd.conf}
+    if [[ $etc == /etc || ! -d $etc ]]; then
+        log "bionbd with no members: $etc not replaceable here, not checked"
+        return 0
+    fi
+    log "bionbd with no members and no -c: serves $conf"
+    mount -t tmpfs -o size=1m tmpfs "$etc"
+    mkdir "$etc/bionbd"
+    printf '[export dflt]\nfile = %s\nfile = %s\nsize = 8M\n' \
+        "$ns/d0" "$ns/d1" >"$conf"
+    out=$(timeout 60 "$BIONBD" --run 'nbdinfo --size "nbd+unix:///dflt?socket=$unixsocket"' \
+        2>"$ns/dflt.log") || die "bionbd without members: $(cat "$ns/dflt.log")"
+    [[ $out == $((8 << 20)) ]] || die "bionbd without members served $out"
+    umount "$etc"
 }
 
 if [[ ${1:-} == --in-namespace ]]; then
@@ -293,14 +319,15 @@ expect_grep '^ExecStart=/usr/local/sbin/bionbd -f -c /usr/local/etc/bionbd/bionb
     "$L/usr/local/lib/systemd/system/bionbd.service"
 
 log "cmake --install with the configured prefix: bionbd's default config is installed"
-default_conf=$("$BIONBD" --help 2>&1 | grep -o 'by default /[^ )]*' | head -1) || :
+default_conf=$(conf_of_help) || :
+[[ -n $default_conf ]] || die "bionbd --help names no default configuration"
 if [[ -n $default_conf ]]; then
     C=$tmp/configured
     DESTDIR=$C "$cmake_cmd" --install "$BUILD_DIR" >"$C.log" 2>&1 || {
         sed 's/^/    /' "$C.log" >&2
         die "DESTDIR=$C cmake --install failed"
     }
-    expect_file "$C${default_conf#by default }"
+    expect_file "$C$default_conf"
 else
     log "bionbd --help names no default configuration: not checked"
 fi
