@@ -99,7 +99,10 @@ others = [line for line in out.splitlines()
           if ("mmap(" in line or "munmap(" in line) and line not in calls]
 log(f"{n} reads of 1 MiB at QD32: {len(calls)} 1 MiB mmap/munmap calls"
     f" ({len(others)} other mappings)")
-check(len(calls) < 16,
+# A buffer per request would be two calls a read; a few refills after an
+# idle trim (the strace attach stalls the worker) are not that.  Measured
+# 0 to 18 for about 400 reads on 2 CPUs under CI load.
+check(len(calls) < max(16, n // 8),
       f"{len(calls)} 1 MiB mmap/munmap calls for {n} reads:\n" +
       "\n".join(calls[:20]))
 for hh in conns:
