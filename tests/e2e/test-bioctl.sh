@@ -104,15 +104,9 @@ rc=0
 log "convert: a run that died while writing the superblocks is finished"
 # As it would be left: all data moved (the checkpoint at member 0's end
 # says so), h0's superblock written, h1's and h2's not yet.
-/usr/bin/python3 - <<'PY' || die "could not fake the interrupted run"
+nbdpy - <<'PY' || die "could not fake the interrupted run"
 import struct
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-    return crc ^ 0xFFFFFFFF
+from sb_format import crc32c
 cp = b"bionbdCV" + struct.pack("<6Q", 65536, 50331648, 1 << 20, 3, 2, 0)
 cp += struct.pack("<I", crc32c(cp))
 with open("h0", "ab") as f:

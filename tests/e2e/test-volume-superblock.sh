@@ -28,21 +28,15 @@ cd "$tmp"
 # sbedit FILE FIELD VALUE: set a little-endian field of FILE's superblock
 # and give it a correct checksum again (the format is docs/format.md).
 sbedit() {
-    /usr/bin/python3 - "$@" <<'PY' || die "sbedit $*"
+    nbdpy - "$@" <<'PY' || die "sbedit $*"
 import struct, sys
+from sb_format import reseal
 path, field, value = sys.argv[1], sys.argv[2], int(sys.argv[3])
 off, fmt = {"version": (8, "<I"), "events": (136, "<Q")}[field]
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-    return crc ^ 0xFFFFFFFF
 with open(path, "r+b") as f:
     sb = bytearray(f.read(4096))
     struct.pack_into(fmt, sb, off, value)
-    struct.pack_into("<I", sb, 4092, crc32c(bytes(sb[:4092])))
+    reseal(sb)
     f.seek(0)
     f.write(sb)
 PY
