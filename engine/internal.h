@@ -90,6 +90,34 @@ void bio_iter_zero(const struct bio *bio, struct bvec_iter iter);
 unsigned int bio_iter_to_iovec(const struct bio *bio, struct bvec_iter iter,
 			       struct iovec *iov, unsigned int max);
 
+/*
+ * stripe.c: the part of [off, off + len) of a RAID-0 that lies on @member,
+ * as one range of that member: from the first of its chunks the range
+ * touches to the last.  False when the range misses the member.  The
+ * mirror uses it for whole chunks too (their copies are RAID-0 positions).
+ */
+bool stripe_member_range(const struct stripe_geom *g, unsigned int member,
+			 uint64_t off, uint64_t len, uint64_t *mstart,
+			 uint64_t *mlen);
+
+/*
+ * volume.c: print a one-line message into @buf (if any) and return @err,
+ * for the "return verr(errbuf, errlen, -EINVAL, ...)" of volume opening.
+ */
+int verr(char *buf, size_t len, int err, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+struct sb_volume;
+
+/*
+ * sbvol.c: stack the superblock keeper (clean flag, flock, role states,
+ * bitmap, resync) on @inner, the stripe or mirror of volume @v; @paths by
+ * role (only active roles are opened).  On success it owns @inner.
+ */
+int sbvol_create(struct target **out, struct target *inner,
+		 const struct sb_volume *v, const char *const *paths,
+		 char *errbuf, size_t errlen);
+
 /* ---- fileio.c: file I/O shared by the file target and the backends ---- */
 
 

@@ -73,12 +73,7 @@ static void stripe_flush(struct stripe_target *st, struct bio *bio)
 	bio_endio(bio, 0, err);
 }
 
-/*
- * The part of [off, off + len) that lies on @member, as one range of that
- * member: from the first of its chunks the range touches to the last.
- * Returns false when the range misses the member.
- */
-static bool member_range(const struct stripe_geom *g, unsigned int member,
+bool stripe_member_range(const struct stripe_geom *g, unsigned int member,
 			 uint64_t off, uint64_t len, uint64_t *mstart,
 			 uint64_t *mlen)
 {
@@ -109,7 +104,7 @@ static void stripe_ranged(struct stripe_target *st, struct bio *bio)
 	for (unsigned int i = 0; i < st->g.nr_members; i++) {
 		struct bio *clone;
 
-		if (!member_range(&st->g, i, off, len, &mstart, &mlen))
+		if (!stripe_member_range(&st->g, i, off, len, &mstart, &mlen))
 			continue;
 		clone = bio_clone(bio);
 		if (!clone) {

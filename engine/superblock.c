@@ -38,6 +38,8 @@ enum {
 	SBO_CTIME = 144,
 	SBO_UTIME = 152,
 	SBO_MEMBER_UUID = 160,
+	SBO_COPIES = 176,
+	SBO_BITMAP_SHIFT = 180,
 	SBO_ROLES = 256, /* SB_MAX_ROLES entries of SBO_ROLE_BYTES */
 	SBO_ROLE_BYTES = 32,
 	SBO_ROLE_UUID = 0,
@@ -131,6 +133,8 @@ void sb_encode(const struct superblock *sb, uint8_t out[SB_BYTES])
 	put64(out + SBO_CTIME, sb->ctime);
 	put64(out + SBO_UTIME, sb->utime);
 	memcpy(out + SBO_MEMBER_UUID, sb->member_uuid, 16);
+	put32(out + SBO_COPIES, sb->copies);
+	put32(out + SBO_BITMAP_SHIFT, sb->bitmap_shift);
 	for (uint32_t i = 0; i < sb->nr_roles && i < SB_MAX_ROLES; i++) {
 		uint8_t *r = out + SBO_ROLES + i * SBO_ROLE_BYTES;
 
@@ -165,6 +169,14 @@ static int sb_check(const struct superblock *sb, char *why, size_t whylen)
 			 sb->role, sb->nr_roles);
 		return -EINVAL;
 	}
+	if (sb->level == SB_LEVEL_RAID0 ? sb->copies != 0 :
+	    sb->nr_roles < 2 || sb->copies < 2 || sb->copies > sb->nr_roles ||
+	    (sb->level == SB_LEVEL_RAID1 && sb->copies != sb->nr_roles)) {
+		snprintf(why, whylen, "%u copies on %u members: not a %s "
+			 "volume", sb->copies, sb->nr_roles,
+			 sb_level_name(sb->level));
+		return -EINVAL;
+	}
 	if (sb->flags & ~SB_FLAG_CLEAN) {
 		snprintf(why, whylen, "unknown flags %#x", sb->flags);
 		return -EINVAL;
@@ -188,6 +200,15 @@ static int sb_check(const struct superblock *sb, char *why, size_t whylen)
 		snprintf(why, whylen, "volume size %llu is not a positive "
 			 "multiple of 512 up to 1E",
 			 (unsigned long long)sb->size_bytes);
+		return -EINVAL;
+	}
+	if (sb->bitmap_shift &&
+	    (sb->level == SB_LEVEL_RAID0 ||
+	     sb->bitmap_shift < SB_BITMAP_MIN_SHIFT || sb->bitmap_shift > 60 ||
+	     ((sb->size_bytes - 1) >> sb->bitmap_shift) >= SB_BITMAP_BITS ||
+	     sb->data_offset < SB_BITMAP_OFFSET + SB_BITMAP_BYTES)) {
+		snprintf(why, whylen, "bitmap regions of 2^%u bytes do not fit "
+			 "this volume", sb->bitmap_shift);
 		return -EINVAL;
 	}
 	if (uuid_null(sb->volume_uuid) || uuid_null(sb->member_uuid)) {
@@ -269,6 +290,8 @@ int sb_decode(const uint8_t *buf, size_t len, struct superblock *sb,
 	sb->ctime = get64(buf + SBO_CTIME);
 	sb->utime = get64(buf + SBO_UTIME);
 	memcpy(sb->member_uuid, buf + SBO_MEMBER_UUID, 16);
+	sb->copies = get32(buf + SBO_COPIES);
+	sb->bitmap_shift = get32(buf + SBO_BITMAP_SHIFT);
 	/* Entries past the member count mean nothing and are not kept. */
 	for (uint32_t i = 0; i < sb->nr_roles && i < SB_MAX_ROLES; i++) {
 		const uint8_t *r = buf + SBO_ROLES + i * SBO_ROLE_BYTES;
@@ -326,7 +349,59 @@ int sb_write(int fd, const struct superblock *sb)
 	return fdatasync(fd) ? -errno : 0;
 }
 
+/* ---- write-intent bitmap ---- */
+
+unsigned int sb_bitmap_shift(uint64_t size_bytes)
+{
+	unsigned int shift = SB_BITMAP_MIN_SHIFT;
+
+	while (size_bytes && ((size_bytes - 1) >> shift) >= SB_BITMAP_BITS)
+		shift++;
+	return shift;
+}
+
+enum { SBB_MAGIC = 0, SBB_REGIONS = 8, SBB_CRC = SB_BITMAP_BYTES - 4 };
+
+void sb_bitmap_encode(const uint8_t *bits, uint32_t nr_regions,
+		      uint8_t out[SB_BITMAP_BYTES])
+{
+	memset(out, 0, SB_BITMAP_BYTES);
+	memcpy(out + SBB_MAGIC, SB_BITMAP_MAGIC, 8);
+	put32(out + SBB_REGIONS, nr_regions);
+	memcpy(out + SB_BITMAP_HDR, bits, (nr_regions + 7) / 8);
+	put32(out + SBB_CRC, crc32c(0, out, SBB_CRC));
+}
+
+int sb_bitmap_decode(const uint8_t *buf, uint32_t nr_regions, uint8_t *bits)
+{
+	if (nr_regions > SB_BITMAP_BITS ||
+	    memcmp(buf + SBB_MAGIC, SB_BITMAP_MAGIC, 8) ||
+	    get32(buf + SBB_REGIONS) != nr_regions ||
+	    get32(buf + SBB_CRC) != crc32c(0, buf, SBB_CRC))
+		return -EINVAL;
+	memcpy(bits, buf + SB_BITMAP_HDR, (nr_regions + 7) / 8);
+	return 0;
+}
+
 /* ---- assembly ---- */
+
+bool sb_covered(uint32_t level, unsigned int nr, unsigned int copies,
+		const uint32_t *state)
+{
+	uint8_t st[SB_MAX_ROLES];
+	struct mirror_geom g;
+
+	for (unsigned int i = 0; i < nr && i < SB_MAX_ROLES; i++) {
+		if (!sb_redundant(level) && state[i] != SB_ROLE_ACTIVE)
+			return false;
+		st[i] = state[i] == SB_ROLE_ACTIVE ? MIRROR_ACTIVE :
+						     MIRROR_FAULTY;
+	}
+	if (!sb_redundant(level))
+		return true;
+	return !mirror_geom_init(&g, nr, copies, 4096) &&
+	       mirror_covered(&g, st);
+}
 
 static uint64_t file_bytes(int fd)
 {
@@ -352,13 +427,15 @@ static int sb_agree(const struct superblock *sb, const char *path,
 		return -EINVAL;
 	}
 	if (sb->nr_roles != ref->nr_roles || sb->level != ref->level ||
+	    sb->copies != ref->copies ||
+	    sb->bitmap_shift != ref->bitmap_shift ||
 	    sb->chunk_bytes != ref->chunk_bytes ||
 	    sb->size_bytes != ref->size_bytes ||
 	    sb->data_offset != ref->data_offset) {
 		snprintf(why, whylen,
 			 "member %s: its superblock's geometry differs from "
-			 "%s's (members, level, stripe size, size or data "
-			 "offset)",
+			 "%s's (members, level, copies, bitmap, stripe size, "
+			 "size or data offset)",
 			 path, ref_path);
 		return -EINVAL;
 	}
@@ -372,14 +449,41 @@ static int sb_agree(const struct superblock *sb, const char *path,
 	return 0;
 }
 
+/* The roles that lost their member, for "cannot start" messages. */
+static void roles_lost(const struct sb_volume *v, const char *const *paths,
+		       char *out, size_t len)
+{
+	size_t at = 0;
+
+	out[0] = '\0';
+	for (unsigned int r = 0; r < v->sb.nr_roles && at < len; r++) {
+		unsigned int i = v->order[r];
+		int w;
+
+		if (v->state[r] == SB_ROLE_ACTIVE)
+			continue;
+		w = snprintf(out + at, len - at, "%srole %u (%s%s)",
+			     at ? ", " : "", r, i == SB_ROLE_NONE ? "missing" :
+			     paths[i], i == SB_ROLE_NONE ? "" :
+			     (v->degraded >> r & 1) ? ", stale" : ", faulty");
+		if (w < 0)
+			break;
+		at += (size_t)w;
+	}
+}
+
 int sb_assemble(const char *const *paths, unsigned int n,
 		struct sb_volume *out, char *why, size_t whylen)
 {
-	static const unsigned int none = ~0u;
+	static const unsigned int none = SB_ROLE_NONE;
 	struct superblock *sbs;
-	unsigned int found = 0, headerless = none, ref = none, stale = none;
-	char reason[200];
+	unsigned int found = 0, headerless = none, absent = none, ref = none;
+	unsigned int nr_absent = 0;
+	int lost_err = 0; /* the first member that could not be read */
+	char reason[200], lost[512];
+	bool redundant;
 	struct stripe_geom g;
+	struct mirror_geom mg;
 	struct stat st;
 	int r = 0;
 
@@ -394,13 +498,18 @@ int sb_assemble(const char *const *paths, unsigned int n,
 
 		if (fd < 0) {
 			if (errno == ENOENT) {
-				headerless = headerless == none ? i : headerless;
+				absent = absent == none ? i : absent;
+				nr_absent++;
 				continue;
 			}
-			r = -errno;
-			snprintf(why, whylen, "member %s: %s", paths[i],
-				 strerror(errno));
-			goto out;
+			/* A mirror may do without it: decided below. */
+			if (!lost_err) {
+				lost_err = -errno;
+				snprintf(lost, sizeof(lost), "member %s: %s",
+					 paths[i], strerror(errno));
+			}
+			nr_absent++;
+			continue;
 		}
 		if (fstat(fd, &st) ||
 		    (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))) {
@@ -424,19 +533,47 @@ int sb_assemble(const char *const *paths, unsigned int n,
 			headerless = headerless == none ? i : headerless;
 			continue;
 		}
+		if (r != -EINVAL && r != -EPROTONOSUPPORT && r) {
+			/* Unreadable (a dead disk): like a missing member. */
+			if (!lost_err) {
+				lost_err = r;
+				snprintf(lost, sizeof(lost), "member %s: %s",
+					 paths[i], reason);
+			}
+			memset(&sbs[i], 0, sizeof(sbs[i]));
+			r = 0;
+			nr_absent++;
+			continue;
+		}
 		if (r) {
 			snprintf(why, whylen, "member %s: %s", paths[i], reason);
 			goto out;
 		}
 		found++;
-		if (ref == none)
+		/* The newest superblock says what the roles are. */
+		if (ref == none || sbs[i].events > sbs[ref].events)
 			ref = i;
+	}
+	if (!found && lost_err) {
+		snprintf(why, whylen, "%s", lost);
+		r = lost_err;
+		goto out;
 	}
 	if (!found) {
 		snprintf(why, whylen, "no superblocks");
 		r = -ENOENT;
 		goto out;
 	}
+	redundant = sb_redundant(sbs[ref].level);
+	if (lost_err && !redundant) {
+		snprintf(why, whylen, "%s", lost);
+		r = lost_err;
+		goto out;
+	}
+	/* A mirror serves without a lost member; a stripe cannot. */
+	if (!redundant && absent != none)
+		headerless = headerless == none || absent < headerless ?
+				     absent : headerless;
 	if (headerless != none) {
 		snprintf(why, whylen,
 			 "member %s: no superblock, while %s has one (a volume "
@@ -449,6 +586,8 @@ int sb_assemble(const char *const *paths, unsigned int n,
 	for (unsigned int i = 0; i < SB_MAX_ROLES; i++)
 		out->order[i] = none;
 	for (unsigned int i = 0; i < n; i++) {
+		if (!sbs[i].version)
+			continue; /* absent */
 		r = sb_agree(&sbs[i], paths[i], &sbs[ref], paths[ref], why,
 			     whylen);
 		if (r)
@@ -462,11 +601,14 @@ int sb_assemble(const char *const *paths, unsigned int n,
 			goto out;
 		}
 		out->order[sbs[i].role] = i;
-		if (stale == none || sbs[i].events < sbs[stale].events)
-			stale = i;
+		out->nr++;
 	}
-	for (unsigned int role = 0; role < out->sb.nr_roles; role++)
-		if (out->order[role] == none) {
+	out->clean = true;
+	for (unsigned int role = 0; role < out->sb.nr_roles; role++) {
+		unsigned int i = out->order[role];
+		bool active = out->sb.roles[role].state == SB_ROLE_ACTIVE;
+
+		if (i == none && !redundant) {
 			char u[37];
 
 			sb_uuid_format(out->sb.roles[role].uuid, u);
@@ -477,39 +619,61 @@ int sb_assemble(const char *const *paths, unsigned int n,
 			r = -EINVAL;
 			goto out;
 		}
-	if (n != out->sb.nr_roles) {
+		if (i != none && sbs[i].events < out->sb.events &&
+		    !redundant) {
+			snprintf(why, whylen,
+				 "member %s: stale (event %llu, member %s has "
+				 "%llu): it missed a change the others recorded",
+				 paths[i], (unsigned long long)sbs[i].events,
+				 paths[ref],
+				 (unsigned long long)out->sb.events);
+			r = -EINVAL;
+			goto out;
+		}
+		if (active && (i == none || sbs[i].events < out->sb.events))
+			out->degraded |= 1ull << role;
+		out->state[role] = active && !(out->degraded >> role & 1) ?
+					   SB_ROLE_ACTIVE :
+					   SB_ROLE_FAULTY;
+		if (out->state[role] == SB_ROLE_ACTIVE &&
+		    !(sbs[i].flags & SB_FLAG_CLEAN))
+			out->clean = false;
+	}
+	if (n > out->nr + nr_absent) {
+		/* Cannot happen: more given than roles means a role twice. */
 		snprintf(why, whylen, "volume '%s' has %u members, %u given",
 			 out->sb.name, out->sb.nr_roles, n);
 		r = -EINVAL;
 		goto out;
 	}
-	for (unsigned int i = 0; i < n; i++)
-		if (sbs[i].events > sbs[stale].events) {
-			snprintf(why, whylen,
-				 "member %s: stale (event %llu, member %s has "
-				 "%llu): it missed a change the others recorded",
-				 paths[stale],
-				 (unsigned long long)sbs[stale].events, paths[i],
-				 (unsigned long long)sbs[i].events);
-			r = -EINVAL;
-			goto out;
-		}
-	if (out->sb.level != SB_LEVEL_RAID0) {
-		snprintf(why, whylen, "volume '%s': level %s is not supported "
-			 "yet", out->sb.name, sb_level_name(out->sb.level));
-		r = -EOPNOTSUPP;
+	if (!sb_covered(out->sb.level, out->sb.nr_roles, out->sb.copies,
+			out->state)) {
+		roles_lost(out, paths, lost, sizeof(lost));
+		snprintf(why, whylen,
+			 "volume '%s' cannot start: some data has no live "
+			 "copy left (%s)", out->sb.name, lost);
+		r = -EIO;
 		goto out;
 	}
-	out->nr = n;
-	if (stripe_geom_init(&g, n, out->sb.chunk_bytes) ||
-	    stripe_member_bytes(&g, out->sb.size_bytes, &out->member_bytes) ||
-	    __builtin_add_overflow(out->member_bytes, out->sb.data_offset,
-				   &out->member_bytes)) {
-		snprintf(why, whylen, "volume '%s': size %llu does not fit",
-			 out->sb.name, (unsigned long long)out->sb.size_bytes);
-		r = -EFBIG;
-		goto out;
+	if (redundant) {
+		if (mirror_geom_init(&mg, out->sb.nr_roles,
+				     out->sb.copies, out->sb.chunk_bytes) ||
+		    mirror_member_bytes(&mg, out->sb.size_bytes,
+					&out->member_bytes))
+			goto too_big;
+	} else if (stripe_geom_init(&g, out->sb.nr_roles,
+				    out->sb.chunk_bytes) ||
+		   stripe_member_bytes(&g, out->sb.size_bytes,
+				       &out->member_bytes)) {
+		goto too_big;
 	}
+	if (!__builtin_add_overflow(out->member_bytes, out->sb.data_offset,
+				    &out->member_bytes))
+		goto out;
+too_big:
+	snprintf(why, whylen, "volume '%s': size %llu does not fit",
+		 out->sb.name, (unsigned long long)out->sb.size_bytes);
+	r = -EFBIG;
 out:
 	free(sbs);
 	return r;

@@ -11,8 +11,9 @@
  * Members with superblocks (superblock.h, docs/format.md) are a
  * self-describing volume: assembled by role whatever order they are given
  * in, their geometry from the superblocks (a stripe size or size given
- * must agree), never created or extended, and marked not clean while open
- * (sb_target below).
+ * must agree), never created or extended, and kept by sbvol.c while open
+ * (clean flag, locks, and for a mirror its role states, bitmap and
+ * resync).  A mirror opens only the members in service.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -70,10 +71,7 @@ struct member_check {
 	uint64_t size_bytes;
 };
 
-static int verr(char *buf, size_t len, int err, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int verr(char *buf, size_t len, int err, const char *fmt, ...)
+int verr(char *buf, size_t len, int err, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -511,6 +509,14 @@ static int volume_superblocks(const struct volume_config *cfg,
 	return 0;
 }
 
+static bool member_in_service(const struct sb_volume *v, unsigned int i)
+{
+	for (unsigned int role = 0; role < v->sb.nr_roles; role++)
+		if (v->order[role] == i)
+			return v->state[role] == SB_ROLE_ACTIVE;
+	return false;
+}
+
 /*
  * Every check that can be made without side effects.  On success *mp
  * holds what was learnt of each member and *need the bytes each member
@@ -574,10 +580,18 @@ static int volume_plan(const struct volume_config *cfg,
 	if (!m)
 		return verr(errbuf, errlen, -ENOMEM, "out of memory");
 	for (i = 0; i < n; i++) {
+		/*
+		 * A mirror's member out of service (missing, stale, faulty)
+		 * is never opened: nothing about it can stop the volume.
+		 */
+		if (sb && sb_redundant(v->sb.level) && !member_in_service(v, i))
+			continue;
 		r = check_member(cfg, i, &m[i], errbuf, errlen);
 		if (r)
 			goto err;
 		for (j = 0; j < i; j++) {
+			if (!m[j].id.canon)
+				continue; /* skipped above */
 			why = member_overlap(&m[i].id, &m[j].id);
 			if (!why)
 				continue;
@@ -696,138 +710,6 @@ int volume_overlap(const struct volume_ids *a, const struct volume_ids *b,
 	return 0;
 }
 
-/*
- * A volume with superblocks: the stripe, plus a descriptor per member
- * (opened now, before a front end drops privileges) to keep the clean
- * flag: cleared while the volume is open, set again when it is closed
- * after its final flush (docs/format.md), so that an unclean shutdown
- * shows.  Bios go straight to the stripe.
- */
-struct sb_target {
-	struct target t;
-	struct target *stripe;
-	unsigned int nr;
-	int fds[];
-};
-
-static void sb_target_submit(struct target *t, struct bio *bio)
-{
-	struct sb_target *st = container_of(t, struct sb_target, t);
-
-	st->stripe->ops->submit(st->stripe, bio);
-}
-
-static int sb_target_iomap(struct target *t, uint64_t off, uint64_t len,
-			   unsigned int flags, struct target_iomap *m)
-{
-	struct sb_target *st = container_of(t, struct sb_target, t);
-
-	return target_iomap(st->stripe, off, len, flags, m);
-}
-
-/* Set or clear every member's clean flag; 0 or the first -errno. */
-static int sb_mark(const int *fds, unsigned int nr, bool clean)
-{
-	char why[256];
-	int r = 0;
-
-	for (unsigned int i = 0; i < nr; i++) {
-		struct superblock sb;
-		int e = sb_read(fds[i], &sb, why, sizeof(why));
-
-		if (!e) {
-			sb.flags = clean ? sb.flags | SB_FLAG_CLEAN :
-					   sb.flags & ~SB_FLAG_CLEAN;
-			sb.utime = (uint64_t)time(NULL);
-			e = sb_write(fds[i], &sb);
-		}
-		if (e && !r)
-			r = e;
-	}
-	return r;
-}
-
-static void sb_target_destroy(struct target *t)
-{
-	struct sb_target *st = container_of(t, struct sb_target, t);
-
-	target_destroy(st->stripe);
-	/*
-	 * A member that cannot be marked keeps its flag cleared, which reads
-	 * as an unclean shutdown: the safe side, so nothing more to do.
-	 */
-	(void)sb_mark(st->fds, st->nr, true);
-	for (unsigned int i = 0; i < st->nr; i++)
-		close(st->fds[i]);
-	free(st->t.name);
-	free(st);
-}
-
-static const struct target_ops sb_target_ops = {
-	.submit = sb_target_submit,
-	.destroy = sb_target_destroy,
-	.iomap = sb_target_iomap,
-};
-
-/*
- * The descriptors also hold an exclusive flock(2) on every member for as
- * long as the volume is open: a second writer (another server, bioctl
- * create or convert) is refused instead of interleaving with this one.
- */
-static int sb_target_create(struct target **out, struct target *stripe,
-			    const char *const *paths, unsigned int nr,
-			    const char *name, char *errbuf, size_t errlen)
-{
-	struct sb_target *st = calloc(1, sizeof(*st) + nr * sizeof(int));
-	int r = 0;
-
-	if (!st)
-		return verr(errbuf, errlen, -ENOMEM, "out of memory");
-	st->t.ops = &sb_target_ops;
-	st->t.size_bytes = stripe->size_bytes;
-	st->t.name = strdup("stripe");
-	for (unsigned int i = 0; i < nr; i++, st->nr++) {
-		st->fds[i] = open(paths[i], O_RDWR | O_CLOEXEC);
-		if (st->fds[i] < 0) {
-			r = verr(errbuf, errlen, -errno, "member %s: %s",
-				 paths[i], strerror(errno));
-			break;
-		}
-		if (flock(st->fds[i], LOCK_EX | LOCK_NB)) {
-			r = errno == EWOULDBLOCK ?
-				    verr(errbuf, errlen, -EBUSY,
-					 "member %s: in use by another process "
-					 "(a server or bioctl has the volume "
-					 "open)",
-					 paths[i]) :
-				    verr(errbuf, errlen, -errno,
-					 "member %s: flock: %s", paths[i],
-					 strerror(errno));
-			st->nr++; /* close it too */
-			break;
-		}
-	}
-	if (!r && !st->t.name)
-		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
-	if (!r) {
-		r = sb_mark(st->fds, st->nr, false);
-		if (r)
-			verr(errbuf, errlen, r,
-			     "volume '%s': writing the superblocks: %s", name,
-			     strerror(-r));
-	}
-	if (r) {
-		for (unsigned int i = 0; i < st->nr; i++)
-			close(st->fds[i]);
-		free(st->t.name);
-		free(st);
-		return r;
-	}
-	st->stripe = stripe;
-	*out = &st->t;
-	return 0;
-}
-
 /* What the plan decided, for the caller. */
 static void volume_info_fill(struct volume_info *info,
 			     const struct volume_config *cfg,
@@ -836,14 +718,20 @@ static void volume_info_fill(struct volume_info *info,
 	memset(info, 0, sizeof(*info));
 	info->superblocks = v->nr != 0;
 	info->chunk_bytes = chunk;
-	info->nr_members = cfg->nr_members;
-	for (unsigned int i = 0; i < cfg->nr_members && i < 64; i++)
+	info->nr_members = v->nr ? v->sb.nr_roles : cfg->nr_members;
+	for (unsigned int i = 0; i < info->nr_members && i < 64; i++) {
 		info->order[i] = v->nr ? v->order[i] : i;
+		info->active[i] = !v->nr || v->state[i] == SB_ROLE_ACTIVE;
+	}
 	if (!v->nr)
 		return;
 	snprintf(info->name, sizeof(info->name), "%s", v->sb.name);
 	sb_uuid_format(v->sb.volume_uuid, info->uuid);
 	info->data_offset = v->sb.data_offset;
+	info->level = v->sb.level;
+	info->copies = v->sb.copies;
+	info->resynced = sb_redundant(v->sb.level) && !v->clean &&
+			 !cfg->readonly;
 }
 
 int volume_open(struct target **out, const struct volume_config *cfg,
@@ -857,13 +745,14 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 {
 	unsigned int n = cfg->nr_members, opened = 0, i;
 	struct member_check *m = NULL;
-	struct target **t, *stripe;
+	struct target **t, *top = NULL;
 	struct file_target_opts fopts = { .readonly = cfg->readonly,
 					  .direct = cfg->direct,
 					  .no_inline = cfg->no_inline };
 	const char **paths = NULL;
 	struct sb_volume *v = malloc(sizeof(*v));
 	uint64_t chunk, need;
+	bool mirror;
 	int r;
 
 	if (!v)
@@ -873,15 +762,22 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 		free(v);
 		return r;
 	}
+	mirror = v->nr && sb_redundant(v->sb.level);
+	n = v->nr ? v->sb.nr_roles : n;
 	t = calloc(n, sizeof(*t));
 	paths = calloc(n, sizeof(*paths));
 	if (!t || !paths) {
 		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
 		goto out;
 	}
-	/* Stripe order: as given, or by the roles the superblocks name. */
+	/*
+	 * Stripe order: as given, or by the roles the superblocks name (a
+	 * mirror's roles out of service get no path: never opened).
+	 */
 	for (i = 0; i < n; i++)
-		paths[i] = cfg->members[v->nr ? v->order[i] : i];
+		paths[i] = !v->nr ? cfg->members[i] :
+			   v->state[i] != SB_ROLE_ACTIVE ? NULL :
+			   cfg->members[v->order[i]];
 
 	/* Everything checked: now create and extend. */
 	for (i = 0; i < n && need && !v->nr; i++) {
@@ -893,6 +789,8 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 		}
 	}
 	for (i = 0; i < n; i++, opened++) {
+		if (!paths[i])
+			continue; /* a mirror's member out of service */
 		r = file_target_open(&t[i], paths[i], &fopts);
 		if (r) {
 			verr(errbuf, errlen, r, "member %s: %s", paths[i],
@@ -900,29 +798,50 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 			goto out;
 		}
 	}
-	r = stripe_target_create(&stripe, t, n, chunk,
-				 v->nr ? v->sb.size_bytes : cfg->size_bytes,
-				 v->nr ? v->sb.data_offset : 0);
+	if (mirror) {
+		uint8_t state[SB_MAX_ROLES];
+
+		for (i = 0; i < n; i++)
+			state[i] = v->state[i] == SB_ROLE_ACTIVE ?
+					   MIRROR_ACTIVE :
+					   MIRROR_FAULTY;
+		char name[SB_NAME_BYTES + 40];
+
+		/* For messages: "volume 'NAME'", or its UUID for no name. */
+		if (v->sb.name[0])
+			snprintf(name, sizeof(name), "%s", v->sb.name);
+		else
+			sb_uuid_format(v->sb.volume_uuid, name);
+		r = mirror_target_create(&top, t, state, n, v->sb.copies,
+					 chunk, v->sb.size_bytes,
+					 v->sb.data_offset, name);
+		if (!r && cfg->readonly && !v->clean)
+			mirror_read_primary(top);
+	} else {
+		r = stripe_target_create(&top, t, n, chunk,
+					 v->nr ? v->sb.size_bytes :
+						 cfg->size_bytes,
+					 v->nr ? v->sb.data_offset : 0);
+	}
 	if (r) {
 		verr(errbuf, errlen, r, "members too small for a %llu-byte stripe",
 		     (unsigned long long)n * chunk);
 		goto out;
 	}
-	opened = 0; /* the stripe owns them now */
+	opened = 0; /* the stripe or mirror owns them now */
 	if (v->nr && !cfg->readonly) {
-		struct target *top = NULL;
+		struct target *sv = NULL;
 
-		r = sb_target_create(&top, stripe, paths, n, v->sb.name,
-				     errbuf, errlen);
+		r = sbvol_create(&sv, top, v, paths, errbuf, errlen);
 		if (r) {
-			target_destroy(stripe);
+			target_destroy(top);
 			goto out;
 		}
-		stripe = top;
+		top = sv;
 	}
 	if (info)
 		volume_info_fill(info, cfg, v, chunk);
-	*out = stripe;
+	*out = top;
 out:
 	for (i = 0; t && i < opened; i++)
 		target_destroy(t[i]);

@@ -50,10 +50,18 @@ static void member_error(const struct target *t, enum req_op op,
 		 t->name, nbdl_op_name(op), offset, length, strerror(-err));
 }
 
+/* A member marked faulty, a mirror's resync: the volume's own news. */
+static void volume_notice(enum target_notice_level level, const char *msg)
+{
+	nbdl_log(level == TARGET_NOTICE_ERROR ? NBDL_ERROR : NBDL_INFO, "%s",
+		 msg);
+}
+
 void nbdl_set_logger(nbdl_log_fn *fn)
 {
 	logger = fn;
 	target_set_error_reporter(member_error);
+	target_set_notice_reporter(volume_notice);
 }
 
 void nbdl_log_to_stderr(const char *prefix)

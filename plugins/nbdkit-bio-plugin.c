@@ -180,6 +180,25 @@ static void debug_stripes(const struct nbdl_export *e, uint64_t offset,
 	unsigned int pieces = 0;
 
 	line[0] = 0;
+	if (e->info.level) {
+		/* A mirror: the copies of the first chunk. */
+		struct mirror_geom mg;
+		unsigned int member;
+		uint64_t moff;
+
+		if (mirror_geom_init(&mg, e->info.nr_members, e->info.copies,
+				     e->info.chunk_bytes))
+			return;
+		mg.data_offset = e->info.data_offset;
+		for (unsigned int j = 0; j < mg.copies && n < sizeof(line); j++) {
+			mirror_map(&mg, offset, j, &member, &moff);
+			n += (size_t)snprintf(line + n, sizeof(line) - n,
+					      " copy%u=m%u@%" PRIu64, j, member,
+					      moff);
+		}
+		nbdkit_debug("bio: pieces:%s", line);
+		return;
+	}
 	while (count && n < sizeof(line)) {
 		struct stripe_piece p;
 

@@ -329,33 +329,54 @@ static void log_startup(const struct conf_export *defs,
 	for (unsigned int i = 0; i < srv.nr_exports; i++) {
 		const struct nbdl_export *e = &srv.exports[i];
 		const struct conf_export *d = &defs[i];
-		char members[512];
+		char members[512], layout[128], volume[160];
 		size_t n = 0;
 
 		members[0] = 0;
-		/* In stripe order: a self-describing volume's is its roles'. */
-		for (unsigned int m = 0; m < d->nr_members && n < sizeof(members);
-		     m++)
+		/*
+		 * In stripe order: a self-describing volume's is its roles';
+		 * a mirror's members out of service say so.
+		 */
+		for (unsigned int m = 0;
+		     m < e->info.nr_members && n < sizeof(members); m++) {
+			unsigned int at = e->info.order[m];
+
 			n += (size_t)snprintf(members + n, sizeof(members) - n,
-					      "%s%s", m ? ", " : "",
-					      d->members[e->info.order[m]]);
-		if (e->info.superblocks)
-			nbdl_log(NBDL_INFO,
-				 "export '%s': %" PRIu64 " bytes%s, volume '%s' "
-				 "(%s), %u members, stripe %" PRIu64
-				 "K, data offset %" PRIu64 "K: %s",
-				 e->name, e->size_bytes,
-				 e->readonly ? ", read-only" : "", e->info.name,
-				 e->info.uuid, d->nr_members,
-				 e->info.chunk_bytes >> 10,
-				 e->info.data_offset >> 10, members);
+					      "%s%s%s", m ? ", " : "",
+					      at == VOLUME_NO_MEMBER ?
+						      "(missing)" :
+						      d->members[at],
+					      at != VOLUME_NO_MEMBER &&
+							      !e->info.active[m] ?
+						      " (faulty)" :
+						      "");
+		}
+		/* The geometry: "4 members, stripe 64K" or a mirror's. */
+		if (e->info.level)
+			snprintf(layout, sizeof(layout),
+				 "%s, %u copies, %u members, chunk %" PRIu64 "K",
+				 e->info.level == 1 ? "raid1" : "raid10",
+				 e->info.copies, e->info.nr_members,
+				 e->info.chunk_bytes >> 10);
 		else
-			nbdl_log(NBDL_INFO,
-				 "export '%s': %" PRIu64 " bytes%s, %u members, "
-				 "stripe %" PRIu64 "K: %s",
-				 e->name, e->size_bytes,
-				 e->readonly ? ", read-only" : "", d->nr_members,
-				 e->info.chunk_bytes >> 10, members);
+			snprintf(layout, sizeof(layout),
+				 "%u members, stripe %" PRIu64 "K",
+				 e->info.nr_members, e->info.chunk_bytes >> 10);
+		if (e->info.superblocks)
+			snprintf(volume, sizeof(volume),
+				 ", volume '%s' (%s)", e->info.name,
+				 e->info.uuid);
+		else
+			volume[0] = 0;
+		if (e->info.superblocks)
+			snprintf(layout + strlen(layout),
+				 sizeof(layout) - strlen(layout),
+				 ", data offset %" PRIu64 "K",
+				 e->info.data_offset >> 10);
+		nbdl_log(NBDL_INFO, "export '%s': %" PRIu64 " bytes%s%s, %s: %s",
+			 e->name, e->size_bytes,
+			 e->readonly ? ", read-only" : "", volume, layout,
+			 members);
 	}
 	if (activated)
 		snprintf(where, sizeof(where),
@@ -725,6 +746,8 @@ int main(int argc, char **argv)
 	int activated; /* sockets the service manager passed */
 	long ncpu;
 
+	/* Until the log starts: what opening the volumes says (a resync). */
+	nbdl_log_to_stderr("bionbd");
 	parse_args(argc, argv, &cl);
 	if (cl.exit_with_parent)
 		exit_with_parent();

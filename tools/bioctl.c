@@ -2,27 +2,35 @@
 /*
  * bioctl.c - make and inspect self-describing volumes (docs/format.md).
  *
- *   bioctl create [--level raid0] [--stripe-size SIZE] [--size SIZE]
- *                 [--name NAME] [--data-offset SIZE] [--force] MEMBER...
+ *   bioctl create [--level raid0|raid1|raid10] [--copies K]
+ *                 [--stripe-size SIZE] [--size SIZE] [--name NAME]
+ *                 [--data-offset SIZE] [--force] MEMBER...
  *   bioctl info [--json] MEMBER...
- *   bioctl check [--from OFFSET] MEMBER...
+ *   bioctl check [--from OFFSET] [--repair] MEMBER...
  *   bioctl convert --stripe-size SIZE [--size SIZE] [--name NAME]
  *                  [--max-rate RATE] MEMBER...
  *
  * create writes a superblock on every member, role i for the i-th member
  * given, creating or extending sparse files as the size needs; it refuses
  * a member that already carries a superblock, a file system or a
- * partition table unless --force.  info shows each member's superblock
- * and whether the members make one complete, consistent volume, with the
- * same check the servers make when they start (sb_assemble).  check makes
- * that check, then reads every byte of every member's data and reports
- * the ranges that cannot be read; on a terminal it shows a progress bar,
- * elsewhere a line every few seconds, and Ctrl-C stops it with the offset
- * to resume from (--from).
+ * partition table unless --force.  A mirror (raid1, raid10) also gets an
+ * all-clear write-intent bitmap on every member: a new volume has nothing
+ * to resync.  info shows each member's superblock and whether the members
+ * make one complete, consistent volume, with the same check the servers
+ * make when they start (sb_assemble); a mirror that lost members but
+ * still has a copy of everything is shown degraded, role by role.  check
+ * makes that check, then reads every byte of every live member's data
+ * and reports the ranges that cannot be read; on a mirror it also
+ * compares the copies of every chunk and reports (--repair: rewrites from
+ * the first live copy) those that differ, which is what an unclean
+ * shutdown without a bitmap, or a disk returning stale data, leaves.  On
+ * a terminal it shows a progress bar, elsewhere a line every few seconds,
+ * and Ctrl-C stops it with the offset to resume from (--from).
  *
- * Exit status: 0 done (info: a complete volume; check: clean); 1 refused
- * or failed (info: not a complete volume, or headerless; check: unreadable
- * ranges); 2 usage, or (check) members that do not make a volume.
+ * Exit status: 0 done (info: a complete volume, degraded or not; check:
+ * clean, or repaired); 1 refused or failed (info: not a complete volume,
+ * or headerless; check: unreadable ranges, or copies that differ); 2
+ * usage, or (check) members that do not make a volume.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -49,10 +57,11 @@
 
 static void usage(FILE *f)
 {
-	fputs("Usage: bioctl create [--level raid0] [--stripe-size SIZE] [--size SIZE]\n"
-	      "                     [--name NAME] [--data-offset SIZE] [--force] MEMBER...\n"
+	fputs("Usage: bioctl create [--level raid0|raid1|raid10] [--copies K]\n"
+	      "                     [--stripe-size SIZE] [--size SIZE] [--name NAME]\n"
+	      "                     [--data-offset SIZE] [--force] MEMBER...\n"
 	      "       bioctl info [--json] MEMBER...\n"
-	      "       bioctl check [--from OFFSET] MEMBER...\n"
+	      "       bioctl check [--from OFFSET] [--repair] MEMBER...\n"
 	      "       bioctl convert --stripe-size SIZE [--size SIZE] [--name NAME]\n"
 	      "                      [--max-rate RATE] MEMBER...\n"
 	      "\n"
@@ -61,11 +70,15 @@ static void usage(FILE *f)
 	      "        with a superblock, a file system or a partition table unless\n"
 	      "        --force.  Default stripe size 64K, data offset 1M (or the stripe\n"
 	      "        size if larger), size from the members when they exist.\n"
+	      "        raid1: a copy on every member (2 or more); raid10: --copies K\n"
+	      "        copies of each chunk, 2 to the members, default 2.\n"
 	      "info:   each member's superblock, and whether they make a complete,\n"
-	      "        consistent volume (exit 0) or not (exit 1); --json for scripts.\n"
+	      "        consistent volume (exit 0) or not (exit 1); a mirror with\n"
+	      "        roles lost is degraded (exit 0); --json for scripts.\n"
 	      "check:  info's check, then read all data: exit 0 clean, 1 unreadable\n"
-	      "        ranges (listed), 2 not a volume.  --from resumes at a volume\n"
-	      "        offset (Ctrl-C prints it).\n"
+	      "        ranges or (mirror) copies that differ (listed), 2 not a volume.\n"
+	      "        --from resumes at a volume offset (Ctrl-C prints it); --repair\n"
+	      "        rewrites differing copies from the first live one.\n"
 	      "convert: make a headerless volume (served with that stripe size\n"
 	      "        and the members in that order) self-describing: each\n"
 	      "        member's data moves 1M up, then the superblocks are written.\n"
@@ -170,7 +183,34 @@ struct create_opts {
 	uint64_t chunk, size, data_offset;
 	const char *name;
 	bool force;
+	uint32_t level; /* enum sb_level */
+	uint32_t copies; /* raid1: N; raid10: K; raid0: 0 */
 };
+
+/*
+ * A new mirror's write-intent bitmap, every region clean: the members
+ * hold nothing yet that could differ, so the first start resyncs nothing.
+ */
+static int write_clean_bitmap(int fd, uint64_t size, unsigned int shift)
+{
+	static const uint8_t bits[SB_BITMAP_BITS / 8];
+	uint8_t block[SB_BITMAP_BYTES];
+	uint64_t regions = ((size - 1) >> shift) + 1;
+	size_t done = 0;
+
+	sb_bitmap_encode(bits, (uint32_t)regions, block);
+	while (done < sizeof(block)) {
+		ssize_t w = pwrite(fd, block + done, sizeof(block) - done,
+				   (off_t)(SB_BITMAP_OFFSET + done));
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		done += (size_t)w;
+	}
+	return 0;
+}
 
 /*
  * The superblocks of a new volume, role i on @fds[i]: the last step of
@@ -185,7 +225,10 @@ static int write_superblocks(const int *fds, char **paths, int n,
 
 	sb.version = SB_VERSION;
 	snprintf(sb.name, sizeof(sb.name), "%s", o->name);
-	sb.level = SB_LEVEL_RAID0;
+	sb.level = o->level;
+	sb.copies = o->copies;
+	if (sb_redundant(o->level))
+		sb.bitmap_shift = sb_bitmap_shift(size);
 	sb.nr_roles = (uint32_t)n;
 	sb.flags = SB_FLAG_CLEAN;
 	sb.chunk_bytes = o->chunk;
@@ -204,23 +247,46 @@ static int write_superblocks(const int *fds, char **paths, int n,
 		sb.role = (uint32_t)i;
 		memcpy(sb.member_uuid, sb.roles[i].uuid, 16);
 		r = zero_range(fds[i], SB_BYTES, o->data_offset);
+		/* The bitmap before the superblock that points at it; the
+		 * superblock's fdatasync covers both. */
+		if (!r && sb.bitmap_shift)
+			r = write_clean_bitmap(fds[i], size, sb.bitmap_shift);
 		r = r ?: sb_write(fds[i], &sb);
 		if (r)
 			return fail("member %s: writing the superblock: %s",
 				    paths[i], strerror(-r));
 	}
 	sb_uuid_format(sb.volume_uuid, u);
-	printf("%s volume '%s' (%s): raid0, %d members, stripe %" PRIu64
-	       ", size %" PRIu64 ", data offset %" PRIu64 "\n",
-	       verb, sb.name, u, n, sb.chunk_bytes, sb.size_bytes,
-	       sb.data_offset);
+	printf("%s volume '%s' (%s): %s, %d members", verb, sb.name, u,
+	       sb_level_name(sb.level), n);
+	if (sb.copies)
+		printf(", %u copies", sb.copies);
+	printf(", stripe %" PRIu64 ", size %" PRIu64 ", data offset %" PRIu64
+	       "\n", sb.chunk_bytes, sb.size_bytes, sb.data_offset);
 	return 0;
+}
+
+/*
+ * The largest volume whose share fits @per data bytes on each member:
+ * whole stripe rows for raid0, whole chunks for a mirror (the rows that
+ * fit hold rows x N chunk positions, K of them per chunk).
+ */
+static uint64_t size_from_members(const struct create_opts *o, uint64_t per,
+				  unsigned int n)
+{
+	uint64_t rows = per / o->chunk, chunks, size;
+
+	chunks = o->copies ? rows * n / o->copies : rows * n;
+	if (__builtin_mul_overflow(chunks, o->chunk, &size))
+		return UINT64_MAX; /* refused below as too big */
+	return size;
 }
 
 static int do_create(const struct create_opts *o, char **paths, int n)
 {
 	struct superblock sb = { 0 };
 	struct stripe_geom g;
+	struct mirror_geom mg;
 	uint64_t member_bytes, min = UINT64_MAX;
 	int fds[SB_MAX_ROLES], rc = 1, opened = 0;
 	struct stat st[SB_MAX_ROLES];
@@ -231,7 +297,12 @@ static int do_create(const struct create_opts *o, char **paths, int n)
 	if (strlen(o->name) >= SB_NAME_BYTES)
 		return fail("--name %s: at most %u bytes", o->name,
 			    SB_NAME_BYTES - 1);
-	stripe_geom_init(&g, (unsigned int)n, o->chunk);
+	if (sb_redundant(o->level) ?
+		    mirror_geom_init(&mg, (unsigned int)n, o->copies, o->chunk) :
+		    stripe_geom_init(&g, (unsigned int)n, o->chunk))
+		return fail("create: %s with %u copies on %d members is not a "
+			    "valid geometry", sb_level_name(o->level),
+			    o->copies, n);
 	for (int i = 0; i < n; i++, opened++) {
 		const char *what;
 
@@ -266,18 +337,20 @@ static int do_create(const struct create_opts *o, char **paths, int n)
 	}
 	sb.size_bytes = o->size;
 	if (!sb.size_bytes) {
-		/* Whole stripes of what the smallest member holds. */
 		uint64_t per = min > o->data_offset ? min - o->data_offset : 0;
 
-		sb.size_bytes = per / o->chunk * o->chunk * (uint64_t)n;
+		sb.size_bytes = size_from_members(o, per, (unsigned int)n);
 		if (!sb.size_bytes) {
-			fail("members too small for one stripe after the data "
-			     "offset: give --size");
+			fail("members too small for one %s after the data "
+			     "offset: give --size",
+			     o->copies ? "chunk's copies" : "stripe");
 			goto out;
 		}
 	}
 	if (sb.size_bytes % 512 || sb.size_bytes > (1ull << 60) ||
-	    stripe_member_bytes(&g, sb.size_bytes, &member_bytes)) {
+	    (sb_redundant(o->level) ?
+		     mirror_member_bytes(&mg, sb.size_bytes, &member_bytes) :
+		     stripe_member_bytes(&g, sb.size_bytes, &member_bytes))) {
 		fail("--size %" PRIu64 ": not a multiple of 512 up to 1E",
 		     sb.size_bytes);
 		goto out;
@@ -310,6 +383,7 @@ static int cmd_create(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "level", required_argument, NULL, 'l' },
+		{ "copies", required_argument, NULL, 'k' },
 		{ "stripe-size", required_argument, NULL, 'S' },
 		{ "size", required_argument, NULL, 's' },
 		{ "name", required_argument, NULL, 'n' },
@@ -317,18 +391,36 @@ static int cmd_create(int argc, char **argv)
 		{ "force", no_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct create_opts o = { .chunk = STRIPE_DEFAULT_CHUNK, .name = "" };
+	struct create_opts o = { .chunk = STRIPE_DEFAULT_CHUNK, .name = "",
+				 .level = SB_LEVEL_RAID0 };
+	const char *copies = NULL;
 	bool offset_set = false;
-	char err[256];
-	int ch;
+	char err[256], *end;
+	unsigned long k = 0;
+	int ch, n;
 
 	while ((ch = getopt_long(argc, argv, "f", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'l':
-			if (strcmp(optarg, "raid0"))
-				return fail("--level %s: only raid0 for now "
-					    "(raid1 and raid10 come with the "
-					    "mirror)", optarg);
+			if (!strcmp(optarg, "raid0"))
+				o.level = SB_LEVEL_RAID0;
+			else if (!strcmp(optarg, "raid1"))
+				o.level = SB_LEVEL_RAID1;
+			else if (!strcmp(optarg, "raid10"))
+				o.level = SB_LEVEL_RAID10;
+			else
+				return fail("--level %s: raid0, raid1 or "
+					    "raid10", optarg);
+			break;
+		case 'k':
+			errno = 0;
+			k = strtoul(optarg, &end, 10);
+			if (errno || end == optarg || *end || optarg[0] == '-' ||
+			    k > SB_MAX_ROLES)
+				return fail("--copies %s: expected a number of "
+					    "copies, 2 to %u", optarg,
+					    SB_MAX_ROLES);
+			copies = optarg;
 			break;
 		case 'S':
 			if (conf_parse_chunk(optarg, &o.chunk, err, sizeof(err)))
@@ -362,7 +454,40 @@ static int cmd_create(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	return do_create(&o, argv + optind, argc - optind);
+	n = argc - optind;
+	switch (o.level) {
+	case SB_LEVEL_RAID0:
+		if (copies)
+			return fail("--copies %s: only raid1 and raid10 keep "
+				    "copies (this is --level raid0)", copies);
+		break;
+	case SB_LEVEL_RAID1:
+		if (n < 2)
+			return fail("--level raid1: at least 2 members, %d "
+				    "given", n);
+		if (copies && k != (unsigned long)n)
+			return fail("--copies %s: raid1 keeps a copy on every "
+				    "member (%d here)", copies, n);
+		o.copies = (uint32_t)n;
+		break;
+	default:
+		if (n < 2)
+			return fail("--level raid10: at least 2 members, %d "
+				    "given", n);
+		if (copies && (k < 2 || k > (unsigned long)n))
+			return fail("--copies %s: 2 to %d (the members) for "
+				    "raid10", copies, n);
+		o.copies = copies ? (uint32_t)k : 2;
+		break;
+	}
+	/* A mirror's bitmap block lies between the superblock and the data. */
+	if (sb_redundant(o.level) &&
+	    o.data_offset < SB_BITMAP_OFFSET + SB_BITMAP_BYTES)
+		return fail("--data-offset %" PRIu64 ": at least %u for %s "
+			    "(the superblock and the bitmap come first)",
+			    o.data_offset, SB_BITMAP_OFFSET + SB_BITMAP_BYTES,
+			    sb_level_name(o.level));
+	return do_create(&o, argv + optind, n);
 }
 
 /* ---- info ---- */
@@ -384,28 +509,59 @@ static void json_str(const char *s)
 }
 
 struct member_info {
-	int r; /* sb_read's */
+	int r; /* sb_read's, or open's */
+	bool absent; /* the path does not exist */
 	char why[256];
 	struct superblock sb;
 };
 
+/*
+ * What role @r of an assembled volume is: the state the newest
+ * superblock records, unless this assembly found the member gone or
+ * behind (which the superblocks do not say yet).
+ */
+static const char *role_state(const struct sb_volume *v, unsigned int r)
+{
+	if (v->order[r] == SB_ROLE_NONE)
+		return "missing";
+	if (v->degraded >> r & 1)
+		return "stale";
+	return sb_role_state_name(v->sb.roles[r].state);
+}
+
+static unsigned int roles_active(const struct sb_volume *v)
+{
+	unsigned int m = 0;
+
+	for (unsigned int r = 0; r < v->sb.nr_roles; r++)
+		m += v->state[r] == SB_ROLE_ACTIVE;
+	return m;
+}
+
 static void info_text(char **paths, int n, const struct member_info *mi,
 		      int ar, const struct sb_volume *v, const char *why)
 {
+	unsigned int active;
 	char u[37];
 
 	for (int i = 0; i < n; i++) {
 		const struct superblock *sb = &mi[i].sb;
 
+		if (mi[i].absent) {
+			printf("%s: missing (%s)\n", paths[i], mi[i].why);
+			continue;
+		}
 		if (mi[i].r) {
 			printf("%s: %s\n", paths[i], mi[i].why);
 			continue;
 		}
 		sb_uuid_format(sb->volume_uuid, u);
-		printf("%s: volume '%s' %s, %s, role %u of %u (%s), stripe %"
-		       PRIu64 ", size %" PRIu64 ", data offset %" PRIu64
-		       ", events %" PRIu64 ", %s\n",
-		       paths[i], sb->name, u, sb_level_name(sb->level),
+		printf("%s: volume '%s' %s, %s", paths[i], sb->name, u,
+		       sb_level_name(sb->level));
+		if (sb->copies)
+			printf(" (%u copies)", sb->copies);
+		printf(", role %u of %u (%s), stripe %" PRIu64 ", size %" PRIu64
+		       ", data offset %" PRIu64 ", events %" PRIu64 ", %s\n",
 		       sb->role, sb->nr_roles,
 		       sb_role_state_name(sb->roles[sb->role].state),
 		       sb->chunk_bytes, sb->size_bytes, sb->data_offset,
@@ -414,13 +570,42 @@ static void info_text(char **paths, int n, const struct member_info *mi,
 	}
 	if (ar == -ENOENT) {
 		printf("headerless: no member has a superblock\n");
-	} else if (ar) {
+		return;
+	}
+	if (ar) {
 		printf("not a complete volume: %s\n", why);
-	} else {
-		printf("volume '%s': complete and consistent; members by role:",
-		       v->sb.name);
-		for (unsigned int r = 0; r < v->nr; r++)
-			printf(" %s", paths[v->order[r]]);
+		return;
+	}
+	active = roles_active(v);
+	if (active == v->sb.nr_roles)
+		printf("volume '%s': complete and consistent; members by "
+		       "role:", v->sb.name);
+	else
+		printf("volume '%s': degraded (%u of %u members active), "
+		       "consistent; members by role:", v->sb.name, active,
+		       v->sb.nr_roles);
+	for (unsigned int r = 0; r < v->sb.nr_roles; r++)
+		printf(" %s", v->order[r] == SB_ROLE_NONE ?
+				      "-" : paths[v->order[r]]);
+	putchar('\n');
+	printf("level %s", sb_level_name(v->sb.level));
+	if (v->sb.copies)
+		printf(", %u copies", v->sb.copies);
+	printf(", stripe %" PRIu64 ", size %" PRIu64 ", data offset %" PRIu64,
+	       v->sb.chunk_bytes, v->sb.size_bytes, v->sb.data_offset);
+	if (v->sb.bitmap_shift)
+		printf(", bitmap regions of %" PRIu64 " bytes",
+		       (uint64_t)1 << v->sb.bitmap_shift);
+	printf(", %s\n", v->clean ? "clean" : "not clean");
+	for (unsigned int r = 0; r < v->sb.nr_roles; r++) {
+		const char *state = role_state(v, r);
+		uint32_t rec = v->sb.roles[r].state;
+
+		printf("role %u: %s, %s", r, v->order[r] == SB_ROLE_NONE ?
+		       "-" : paths[v->order[r]], state);
+		if (rec != SB_ROLE_ACTIVE &&
+		    strcmp(state, sb_role_state_name(rec)))
+			printf(" (recorded %s)", sb_role_state_name(rec));
 		putchar('\n');
 	}
 }
@@ -436,11 +621,13 @@ static void info_json(char **paths, int n, const struct member_info *mi,
 
 		printf("%s{\"path\": ", i ? ", " : "");
 		json_str(paths[i]);
-		printf(", \"superblock\": %s", mi[i].r ? "false" : "true");
+		printf(", \"exists\": %s, \"superblock\": %s",
+		       mi[i].absent ? "false" : "true",
+		       mi[i].r ? "false" : "true");
 		if (mi[i].r) {
 			printf(", \"error\": ");
-			json_str(mi[i].r == -ENOENT ? "no superblock" :
-						      mi[i].why);
+			json_str(mi[i].r == -ENOENT && !mi[i].absent ?
+					 "no superblock" : mi[i].why);
 			printf("}");
 			continue;
 		}
@@ -448,13 +635,15 @@ static void info_json(char **paths, int n, const struct member_info *mi,
 		printf(", \"volume_uuid\": \"%s\", \"name\": ", u);
 		json_str(sb->name);
 		sb_uuid_format(sb->member_uuid, u);
-		printf(", \"level\": \"%s\", \"role\": %u, \"members\": %u, "
+		printf(", \"level\": \"%s\", \"copies\": %u, \"role\": %u, "
+		       "\"members\": %u, "
 		       "\"state\": \"%s\", \"stripe_size\": %" PRIu64
 		       ", \"size\": %" PRIu64 ", \"data_offset\": %" PRIu64
 		       ", \"events\": %" PRIu64 ", \"clean\": %s, "
 		       "\"member_uuid\": \"%s\", \"ctime\": %" PRIu64
 		       ", \"utime\": %" PRIu64 "}",
-		       sb_level_name(sb->level), sb->role, sb->nr_roles,
+		       sb_level_name(sb->level), sb->copies, sb->role,
+		       sb->nr_roles,
 		       sb_role_state_name(sb->roles[sb->role].state),
 		       sb->chunk_bytes, sb->size_bytes, sb->data_offset,
 		       sb->events, sb->flags & SB_FLAG_CLEAN ? "true" : "false",
@@ -466,13 +655,41 @@ static void info_json(char **paths, int n, const struct member_info *mi,
 		printf(", \"reason\": ");
 		json_str(why);
 	} else {
+		unsigned int active = roles_active(v);
+
 		sb_uuid_format(v->sb.volume_uuid, u);
 		printf(", \"uuid\": \"%s\", \"name\": ", u);
 		json_str(v->sb.name);
+		printf(", \"level\": \"%s\", \"copies\": %u, \"members\": %u, "
+		       "\"active\": %u, \"degraded\": %s, \"stripe_size\": %"
+		       PRIu64 ", \"size\": %" PRIu64 ", \"data_offset\": %"
+		       PRIu64 ", \"bitmap_shift\": %u, \"clean\": %s",
+		       sb_level_name(v->sb.level), v->sb.copies,
+		       v->sb.nr_roles, active,
+		       active < v->sb.nr_roles ? "true" : "false",
+		       v->sb.chunk_bytes, v->sb.size_bytes, v->sb.data_offset,
+		       v->sb.bitmap_shift, v->clean ? "true" : "false");
+		/* A role without a member is null: the list stays by role. */
 		printf(", \"by_role\": [");
-		for (unsigned int r = 0; r < v->nr; r++) {
+		for (unsigned int r = 0; r < v->sb.nr_roles; r++) {
 			printf("%s", r ? ", " : "");
-			json_str(paths[v->order[r]]);
+			if (v->order[r] == SB_ROLE_NONE)
+				printf("null");
+			else
+				json_str(paths[v->order[r]]);
+		}
+		printf("], \"roles\": [");
+		for (unsigned int r = 0; r < v->sb.nr_roles; r++) {
+			printf("%s{\"role\": %u, \"path\": ", r ? ", " : "", r);
+			if (v->order[r] == SB_ROLE_NONE)
+				printf("null");
+			else
+				json_str(paths[v->order[r]]);
+			sb_uuid_format(v->sb.roles[r].uuid, u);
+			printf(", \"member_uuid\": \"%s\", \"state\": \"%s\", "
+			       "\"recorded_state\": \"%s\"}", u,
+			       role_state(v, r),
+			       sb_role_state_name(v->sb.roles[r].state));
 		}
 		printf("]");
 	}
@@ -485,8 +702,8 @@ static int cmd_info(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct member_info *mi;
-	struct sb_volume *v;
+	struct member_info *mi = NULL;
+	struct sb_volume *v = NULL;
 	bool json = false;
 	char why[512];
 	int ch, n, ar;
@@ -505,13 +722,16 @@ static int cmd_info(int argc, char **argv)
 	}
 	mi = calloc((size_t)n, sizeof(*mi));
 	v = malloc(sizeof(*v));
-	if (!mi || !v)
-		return fail("out of memory");
+	if (!mi || !v) {
+		ar = fail("out of memory");
+		goto out;
+	}
 	for (int i = 0; i < n; i++) {
 		int fd = open(argv[optind + i], O_RDONLY | O_CLOEXEC);
 
 		if (fd < 0) {
 			mi[i].r = -errno;
+			mi[i].absent = errno == ENOENT;
 			snprintf(mi[i].why, sizeof(mi[i].why), "%s",
 				 strerror(errno));
 			continue;
@@ -525,9 +745,11 @@ static int cmd_info(int argc, char **argv)
 		info_json(argv + optind, n, mi, ar, v, why);
 	else
 		info_text(argv + optind, n, mi, ar, v, why);
+	ar = ar ? 1 : 0;
+out:
 	free(mi);
 	free(v);
-	return ar ? 1 : 0;
+	return ar;
 }
 
 /* ---- check ---- */
@@ -591,9 +813,56 @@ static void progress_show(struct progress *p, bool final)
 }
 
 /*
+ * Read [@at, @at + @len) of member @fd (@path) into @buf, the bytes of
+ * volume offset @voff on.  A failed read is retried sector by sector so
+ * the report names exact ranges; the sectors that could be read land in
+ * @buf all the same.  Returns the bytes found unreadable, 0 when all of
+ * @buf is good; *@ranges counts the ranges reported.
+ */
+static uint64_t read_or_report(int fd, uint8_t *buf, uint64_t len,
+			       uint64_t at, uint64_t voff, const char *path,
+			       uint64_t *ranges)
+{
+	uint64_t bad = 0;
+
+	if (pread(fd, buf, len, (off_t)at) == (ssize_t)len)
+		return 0;
+	for (uint64_t s = 0; s < len; s += 512) {
+		uint64_t run = 0;
+
+		while (s + run < len &&
+		       pread(fd, buf + s + run, 512,
+			     (off_t)(at + s + run)) != 512)
+			run += 512;
+		if (!run)
+			continue;
+		printf("unreadable: volume offset %" PRIu64 ", %" PRIu64
+		       " bytes (member %s, offset %" PRIu64 ")\n",
+		       voff + s, run, path, at + s);
+		bad += run;
+		(*ranges)++;
+		s += run;
+	}
+	return bad;
+}
+
+static void check_interrupted(const struct progress *p, uint64_t off)
+{
+	fprintf(stderr, "%sbioctl: check interrupted at volume offset %"
+		PRIu64 "; resume with: bioctl check --from %" PRIu64
+		" MEMBER...\n", p->tty ? "\n" : "", off, off);
+}
+
+static const char *not_clean(const struct superblock *sb)
+{
+	return sb->flags & SB_FLAG_CLEAN ?
+		       "" :
+		       "; not clean (served now, or not shut down cleanly)";
+}
+
+/*
  * Read the data of every role, one stripe row at a time (a chunk of each
- * member: volume order), in reads of up to a chunk; a failed read is
- * retried sector by sector so the report names exact ranges.
+ * member: volume order), in reads of up to a chunk.
  */
 static int check_data(char **paths, const struct sb_volume *v, uint64_t from)
 {
@@ -620,38 +889,17 @@ static int check_data(char **paths, const struct sb_volume *v, uint64_t from)
 	p.base = p.done = from;
 	for (off = from; off < sb->size_bytes && !interrupted; off += c) {
 		uint64_t k = off / c, len = sb->size_bytes - off;
-		int fd = fds[k % n];
-		uint64_t at = sb->data_offset + k / n * c;
 
 		if (len > c)
 			len = c;
-		if (pread(fd, buf, len, (off_t)at) == (ssize_t)len) {
-			p.done = off + len;
-			progress_show(&p, false);
-			continue;
-		}
-		/* Which sectors: one read each, runs reported together. */
-		for (uint64_t s = 0; s < len; s += 512) {
-			uint64_t run = 0;
-
-			while (s + run < len &&
-			       pread(fd, buf, 512, (off_t)(at + s + run)) != 512)
-				run += 512;
-			if (!run)
-				continue;
-			printf("unreadable: volume offset %" PRIu64 ", %" PRIu64
-			       " bytes (member %s, offset %" PRIu64 ")\n",
-			       off + s, run, paths[v->order[k % n]], at + s);
-			bad += run;
-			bad_ranges++;
-			s += run;
-		}
+		bad += read_or_report(fds[k % n], buf, len,
+				      sb->data_offset + k / n * c, off,
+				      paths[v->order[k % n]], &bad_ranges);
 		p.done = off + len;
+		progress_show(&p, false);
 	}
 	if (interrupted) {
-		fprintf(stderr, "%sbioctl: check interrupted at volume offset %"
-			PRIu64 "; resume with: bioctl check --from %" PRIu64
-			" MEMBER...\n", p.tty ? "\n" : "", off, off);
+		check_interrupted(&p, off);
 		rc = 130;
 		goto out;
 	}
@@ -663,11 +911,7 @@ static int check_data(char **paths, const struct sb_volume *v, uint64_t from)
 	} else {
 		printf("volume '%s': superblocks consistent, %" PRIu64
 		       " bytes of data read%s\n",
-		       sb->name, sb->size_bytes - from,
-		       sb->flags & SB_FLAG_CLEAN ?
-			       "" :
-			       "; not clean (served now, or not shut down "
-			       "cleanly)");
+		       sb->name, sb->size_bytes - from, not_clean(sb));
 	}
 out:
 	for (int i = 0; i < opened; i++)
@@ -676,19 +920,250 @@ out:
 	return rc;
 }
 
+/*
+ * A mirror's check compares the copies block by block: up to 1 MiB, and
+ * never across a chunk boundary on raid10, where the next chunk's copies
+ * lie on other members (raid1's copy j is the whole volume on role j).
+ */
+#define CHECK_BLOCK (1u << 20)
+
+/* A range of differing bytes, held back to merge with the next block's. */
+struct mismatch {
+	uint64_t off, len; /* volume */
+	unsigned int role, ref; /* the copy that differs, the one it's not */
+};
+
+struct mirror_check {
+	char **paths;
+	const struct sb_volume *v;
+	struct mirror_geom g;
+	bool repair;
+	int fds[SB_MAX_ROLES]; /* by role; -1 for one not checked */
+	bool written[SB_MAX_ROLES];
+	struct mismatch pend[SB_MAX_ROLES]; /* by copy */
+	uint64_t read, bad, bad_ranges, diff, diff_ranges;
+	int rc;
+};
+
+static void mismatch_flush(struct mirror_check *mc, struct mismatch *m)
+{
+	if (!m->len)
+		return;
+	printf("mismatch: volume offset %" PRIu64 " length %" PRIu64
+	       ": role %u differs from role %u%s\n", m->off, m->len, m->role,
+	       m->ref, mc->repair ? ", repaired" : "");
+	mc->diff += m->len;
+	mc->diff_ranges++;
+	m->len = 0;
+}
+
+static void mismatch_add(struct mirror_check *mc, unsigned int j,
+			 uint64_t off, uint64_t len, unsigned int role,
+			 unsigned int ref)
+{
+	struct mismatch *m = &mc->pend[j];
+
+	if (m->len && m->off + m->len == off && m->role == role &&
+	    m->ref == ref) {
+		m->len += len;
+		return;
+	}
+	mismatch_flush(mc, m);
+	*m = (struct mismatch){ off, len, role, ref };
+}
+
+/*
+ * Copy @j of volume [@off, @off + @len), read into @buf, against the
+ * reference copy @ref (role @ref_role): report the differing sectors, and
+ * with --repair overwrite them with the reference's.
+ */
+static void compare_copy(struct mirror_check *mc, unsigned int j,
+			 const uint8_t *ref, unsigned int ref_role,
+			 const uint8_t *buf, uint64_t off, uint64_t len,
+			 unsigned int role, uint64_t at)
+{
+	for (uint64_t s = 0; s < len; s += 512) {
+		uint64_t run = 0;
+		ssize_t w;
+
+		while (s + run < len &&
+		       memcmp(ref + s + run, buf + s + run, 512))
+			run += 512;
+		if (!run)
+			continue;
+		mismatch_add(mc, j, off + s, run, role, ref_role);
+		if (mc->repair) {
+			w = pwrite(mc->fds[role], ref + s, run, (off_t)(at + s));
+			if (w != (ssize_t)run)
+				mc->rc = fail("member %s: repairing %" PRIu64
+					      " bytes at offset %" PRIu64 ": %s",
+					      mc->paths[mc->v->order[role]], run,
+					      at + s, w < 0 ? strerror(errno) :
+							      "short write");
+			mc->written[role] = true;
+		}
+		s += run;
+	}
+}
+
+/* One block of the volume: every live copy read, each compared with the
+ * first that could be read (copy 0 when it is live and readable). */
+static void check_block(struct mirror_check *mc, uint8_t *ref, uint8_t *buf,
+			uint64_t off, uint64_t len)
+{
+	unsigned int ref_role = SB_ROLE_NONE;
+
+	for (unsigned int j = 0; j < mc->g.copies; j++) {
+		unsigned int role;
+		uint64_t at, bad;
+		uint8_t *into = ref_role == SB_ROLE_NONE ? ref : buf;
+
+		mirror_map(&mc->g, off, j, &role, &at);
+		if (mc->fds[role] < 0)
+			continue;
+		bad = read_or_report(mc->fds[role], into, len, at, off,
+				     mc->paths[mc->v->order[role]],
+				     &mc->bad_ranges);
+		mc->read += len;
+		if (bad) {
+			/* Not a reference, nor compared: its bytes are
+			 * partly garbage.  Reported unreadable instead. */
+			mc->bad += bad;
+			continue;
+		}
+		if (ref_role == SB_ROLE_NONE)
+			ref_role = role;
+		else
+			compare_copy(mc, j, ref, ref_role, buf, off, len, role,
+				     at);
+	}
+}
+
+static int check_mirror(char **paths, const struct sb_volume *v,
+			uint64_t from, bool repair)
+{
+	const struct superblock *sb = &v->sb;
+	struct mirror_check *mc = calloc(1, sizeof(*mc));
+	struct progress p = { .what = "check", .total = sb->size_bytes };
+	uint8_t *ref = malloc(CHECK_BLOCK), *buf = malloc(CHECK_BLOCK);
+	uint64_t off, blk;
+	int rc = 0;
+
+	if (!mc || !ref || !buf) {
+		rc = fail("out of memory");
+		goto out;
+	}
+	mc->paths = paths;
+	mc->v = v;
+	mc->repair = repair;
+	for (unsigned int r = 0; r < SB_MAX_ROLES; r++)
+		mc->fds[r] = -1;
+	if (mirror_geom_init(&mc->g, sb->nr_roles, sb->copies,
+			     sb->chunk_bytes)) {
+		rc = fail("volume '%s': %u copies on %u members is not a "
+			  "mirror", sb->name, sb->copies, sb->nr_roles);
+		goto out;
+	}
+	mc->g.data_offset = sb->data_offset;
+	for (unsigned int r = 0; r < sb->nr_roles; r++) {
+		const char *path = v->order[r] == SB_ROLE_NONE ?
+					   "-" : paths[v->order[r]];
+
+		if (v->state[r] != SB_ROLE_ACTIVE) {
+			printf("skipped: role %u (%s): %s\n", r, path,
+			       role_state(v, r));
+			continue;
+		}
+		mc->fds[r] = open(path, (repair ? O_RDWR : O_RDONLY) |
+						O_CLOEXEC);
+		if (mc->fds[r] < 0) {
+			rc = fail("member %s: %s", path, strerror(errno));
+			goto out;
+		}
+		/* Rewriting copies under a server would race its writes. */
+		if (repair && lock_member(mc->fds[r], path)) {
+			rc = 1;
+			goto out;
+		}
+	}
+	blk = mc->g.copies == mc->g.nr_members ? CHECK_BLOCK :
+		      sb->chunk_bytes < CHECK_BLOCK ? sb->chunk_bytes :
+						      CHECK_BLOCK;
+	from -= from % blk;
+	p.tty = isatty(2);
+	p.start = p.last = now_s();
+	p.base = p.done = from;
+	for (off = from; off < sb->size_bytes && !interrupted && !mc->rc;
+	     off += blk) {
+		uint64_t len = sb->size_bytes - off < blk ?
+				       sb->size_bytes - off : blk;
+
+		check_block(mc, ref, buf, off, len);
+		p.done = off + len;
+		progress_show(&p, false);
+	}
+	for (unsigned int j = 0; j < mc->g.copies; j++)
+		mismatch_flush(mc, &mc->pend[j]);
+	for (unsigned int r = 0; r < sb->nr_roles; r++)
+		if (mc->written[r] && fdatasync(mc->fds[r]))
+			mc->rc = fail("member %s: fdatasync: %s",
+				      paths[v->order[r]], strerror(errno));
+	if (mc->rc) {
+		rc = mc->rc;
+		goto out;
+	}
+	if (interrupted) {
+		check_interrupted(&p, off);
+		rc = 130;
+		goto out;
+	}
+	progress_show(&p, true);
+	if (mc->bad) {
+		printf("%" PRIu64 " unreadable bytes in %" PRIu64 " ranges\n",
+		       mc->bad, mc->bad_ranges);
+		rc = 1;
+	}
+	if (mc->diff) {
+		printf("%" PRIu64 " mismatching bytes in %" PRIu64 " ranges%s\n",
+		       mc->diff, mc->diff_ranges, repair ? ", repaired" : "");
+		if (!repair)
+			rc = 1;
+	}
+	if (!rc)
+		printf("volume '%s': superblocks consistent, %" PRIu64
+		       " bytes of data read, the live copies %s%s\n",
+		       sb->name, mc->read, mc->diff ? "agree now" : "agree",
+		       not_clean(sb));
+out:
+	if (mc)
+		for (unsigned int r = 0; r < SB_MAX_ROLES; r++)
+			if (mc->fds[r] >= 0)
+				close(mc->fds[r]);
+	free(mc);
+	free(ref);
+	free(buf);
+	return rc;
+}
+
 static int cmd_check(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "from", required_argument, NULL, 'F' },
+		{ "repair", no_argument, NULL, 'r' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct sigaction sa = { .sa_handler = on_sigint };
 	struct sb_volume *v;
+	bool repair = false;
 	uint64_t from = 0;
 	char why[512];
 	int ch, n, r;
 
 	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		if (ch == 'r') {
+			repair = true;
+			continue;
+		}
 		if (ch != 'F' || parse_size(optarg, &from)) {
 			usage(stderr);
 			return 2;
@@ -707,16 +1182,24 @@ static int cmd_check(int argc, char **argv)
 	if (r) {
 		printf("%s\n", r == -ENOENT ? "headerless: no superblocks to "
 					      "check" : why);
-		free(v);
-		return 2;
+		r = 2;
+		goto out;
 	}
 	if (from >= v->sb.size_bytes) {
-		free(v);
-		return fail("--from %" PRIu64 ": past the volume's end", from);
+		r = fail("--from %" PRIu64 ": past the volume's end", from);
+		goto out;
+	}
+	if (repair && !sb_redundant(v->sb.level)) {
+		r = fail("--repair: volume '%s' is raid0, one copy of the data "
+			 "and nothing to repair it from", v->sb.name);
+		goto out;
 	}
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	r = check_data(argv + optind, v, from);
+	r = sb_redundant(v->sb.level) ?
+		    check_mirror(argv + optind, v, from, repair) :
+		    check_data(argv + optind, v, from);
+out:
 	free(v);
 	return r;
 }

@@ -26,8 +26,8 @@
 
 enum sb_level {
 	SB_LEVEL_RAID0 = 0,
-	SB_LEVEL_RAID1 = 1, /* reserved for the mirror */
-	SB_LEVEL_RAID10 = 10, /* reserved for the mirror */
+	SB_LEVEL_RAID1 = 1, /* every member a full copy */
+	SB_LEVEL_RAID10 = 10, /* K copies of each chunk, md's "near" layout */
 };
 
 enum sb_role_state {
@@ -38,6 +38,20 @@ enum sb_role_state {
 };
 
 #define SB_FLAG_CLEAN 0x1u /* set at clean shutdown, cleared at start */
+
+/*
+ * The write-intent bitmap of a mirror (docs/format.md): one 4 KiB block
+ * right after the superblock, one bit per region of 2^bitmap_shift volume
+ * bytes, set on disk before the first write to a region and cleared once
+ * the region's writes are on every copy.  An unclean start resyncs only the
+ * regions whose bits are set.
+ */
+#define SB_BITMAP_OFFSET SB_BYTES
+#define SB_BITMAP_BYTES 4096u
+#define SB_BITMAP_MAGIC "bionbdBM"
+#define SB_BITMAP_HDR 64u /* magic, region count, reserved */
+#define SB_BITMAP_BITS ((SB_BITMAP_BYTES - SB_BITMAP_HDR - 4) * 8)
+#define SB_BITMAP_MIN_SHIFT 20 /* regions of 1 MiB at least */
 
 struct sb_role {
 	uint8_t uuid[16]; /* the member that plays this role */
@@ -53,6 +67,8 @@ struct superblock {
 	uint32_t nr_roles;
 	uint32_t role; /* this member's */
 	uint32_t flags; /* SB_FLAG_* */
+	uint32_t copies; /* raid1: N; raid10: K, 2 to N; raid0: 0 */
+	uint32_t bitmap_shift; /* log2 bytes per bitmap bit; 0: no bitmap */
 	uint64_t chunk_bytes;
 	uint64_t size_bytes; /* the volume's */
 	uint64_t data_offset; /* bytes before each member's data */
@@ -89,18 +105,58 @@ int sb_read(int fd, struct superblock *sb, char *why, size_t whylen);
 /** sb_write - encode and write @sb at offset 0 of @fd, then fdatasync. */
 int sb_write(int fd, const struct superblock *sb);
 
+/** sb_redundant - does @level keep more than one copy of the data? */
+static inline bool sb_redundant(uint32_t level)
+{
+	return level == SB_LEVEL_RAID1 || level == SB_LEVEL_RAID10;
+}
+
+/**
+ * sb_bitmap_shift - the region size a new mirror of @size_bytes gets: the
+ * smallest power of two from 1 MiB on whose regions fit SB_BITMAP_BITS.
+ */
+unsigned int sb_bitmap_shift(uint64_t size_bytes);
+
+/*
+ * sb_bitmap_encode/decode - the bitmap block (@bits: SB_BITMAP_BITS / 8
+ * bytes, bit r of byte r / 8 for region r).  decode returns -EINVAL when
+ * the block is not a valid bitmap for @nr_regions (torn, never written):
+ * the caller then treats every region as dirty.
+ */
+void sb_bitmap_encode(const uint8_t *bits, uint32_t nr_regions,
+		      uint8_t out[SB_BITMAP_BYTES]);
+int sb_bitmap_decode(const uint8_t *buf, uint32_t nr_regions, uint8_t *bits);
+
 /* A volume assembled from its members' superblocks. */
 struct sb_volume {
-	struct superblock sb; /* role 0's: the volume's geometry */
-	unsigned int nr;
-	unsigned int order[SB_MAX_ROLES]; /* order[role] = index in paths */
+	struct superblock sb; /* the newest (highest event counter) */
+	unsigned int nr; /* members given (redundant levels: may be < roles) */
+	unsigned int order[SB_MAX_ROLES]; /* order[role] = index in paths,
+					   * SB_ROLE_NONE if no member plays it */
+	/*
+	 * What each role is at start: SB_ROLE_ACTIVE, or SB_ROLE_FAULTY for
+	 * a role the newest superblock calls faulty, whose member is stale
+	 * (missed writes) or missing.  Only redundant levels start with a
+	 * role not active; @degraded says which roles turned faulty here
+	 * (not yet recorded in the superblocks).
+	 */
+	uint32_t state[SB_MAX_ROLES];
+	uint64_t degraded; /* bit r: role r found faulty by this assembly */
+	bool clean; /* every member given has the clean flag */
 	uint64_t member_bytes; /* each member must hold this many bytes */
 };
+
+#define SB_ROLE_NONE (~0u)
 
 /**
  * sb_assemble - read the superblocks of @paths (any order) and check that
  * they make one complete, consistent volume (docs/format.md, "Assembly")
  * @why: on failure, one line naming the member and the reason
+ *
+ * A mirror (raid1, raid10) assembles degraded: members that are missing
+ * (not given, or not existing), stale (a lower event counter: they missed
+ * writes) or called faulty by the newest superblock leave their role
+ * faulty, as long as the other roles still hold a copy of every chunk.
  *
  * Returns 0, -ENOENT when no member has a superblock (a headerless volume;
  * members that do not exist count as headerless), or another -errno
@@ -109,6 +165,14 @@ struct sb_volume {
  */
 int sb_assemble(const char *const *paths, unsigned int n,
 		struct sb_volume *out, char *why, size_t whylen);
+
+/**
+ * sb_covered - do the roles whose @state is SB_ROLE_ACTIVE hold at least
+ * one copy of every chunk of a volume of @level with @nr roles and
+ * @copies?  (raid0 needs every role.)
+ */
+bool sb_covered(uint32_t level, unsigned int nr, unsigned int copies,
+		const uint32_t *state);
 
 /* A random (version 4) UUID from getrandom(2). */
 int sb_uuid_generate(uint8_t uuid[16]);

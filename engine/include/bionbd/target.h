@@ -254,4 +254,140 @@ int stripe_target_create(struct target **out, struct target **members,
 			 unsigned int nr, uint64_t chunk_bytes,
 			 uint64_t size_bytes, uint64_t data_offset);
 
+/* -------- mirror target (RAID-1, RAID-10) -------- */
+
+/*
+ * md's "near" layout: chunk k of the volume has K copies, copy j at
+ * position p = k * K + j of a RAID-0 over the N members, i.e. on member
+ * p mod N at data offset + (p div N) * chunk.  RAID-1 is the case K = N:
+ * copy j of every chunk is on member j at the volume offset itself, so a
+ * RAID-1 bio is never split.
+ */
+struct mirror_geom {
+	unsigned int nr_members; /* N */
+	unsigned int copies; /* K, 2 to N */
+	uint32_t chunk_bytes;
+	unsigned int chunk_shift;
+	uint64_t data_offset;
+};
+
+/** mirror_geom_init - validate and precompute; returns 0 or -EINVAL. */
+int mirror_geom_init(struct mirror_geom *g, unsigned int nr_members,
+		     unsigned int copies, uint64_t chunk_bytes);
+
+/**
+ * mirror_member_bytes - data bytes each member must hold for a volume of
+ * @size_bytes: ceil(ceil(size / C) * K / N) chunks.  0 or -EFBIG.
+ */
+int mirror_member_bytes(const struct mirror_geom *g, uint64_t size_bytes,
+			uint64_t *out);
+
+/** mirror_map - where copy @j of the byte at volume @offset lies. */
+static inline void mirror_map(const struct mirror_geom *g, uint64_t offset,
+			      unsigned int j, unsigned int *member,
+			      uint64_t *member_offset)
+{
+	uint64_t p = (offset >> g->chunk_shift) * g->copies + j;
+
+	*member = (unsigned int)(p % g->nr_members);
+	*member_offset = g->data_offset +
+			 ((p / g->nr_members) << g->chunk_shift) +
+			 (offset & (g->chunk_bytes - 1));
+}
+
+/* Member states, as the superblock's role table has them. */
+enum mirror_state {
+	MIRROR_ACTIVE = 0,
+	MIRROR_FAULTY = 1,
+};
+
+/**
+ * mirror_covered - do the members whose @state is MIRROR_ACTIVE hold at
+ * least one copy of every chunk?
+ */
+bool mirror_covered(const struct mirror_geom *g, const uint8_t *state);
+
+/*
+ * What the mirror asks of whoever keeps its metadata (volume.c: the
+ * superblocks).  Called under the mirror's lock, on the thread that saw
+ * the failure, before the I/O that failed completes.
+ */
+struct mirror_hooks {
+	/*
+	 * Record @state (one entry per member, enum mirror_state) durably on
+	 * every member that is still active.  0 when at least one member
+	 * has it; else -errno.
+	 */
+	int (*record)(void *arg, const uint8_t *state, unsigned int nr);
+	/*
+	 * Write the write-intent bitmap (@nr regions, bit r of byte r / 8)
+	 * durably on every active member; 0 when at least one has it.
+	 */
+	int (*bitmap_write)(void *arg, const uint8_t *bits, uint32_t nr);
+	/* Make every write completed so far durable on every member. */
+	int (*sync)(void *arg);
+	void *arg;
+};
+
+/**
+ * mirror_target_create - RAID-1 or RAID-10 over @nr targets
+ * @members: by role; NULL for a member that is missing (its @state must be
+ *           MIRROR_FAULTY); on success the mirror owns them
+ * @state: each member's state at start (enum mirror_state)
+ * @copies: K (@nr for RAID-1)
+ * @size_bytes: the volume's size; every member must hold its share
+ * @name: the volume's, for messages
+ *
+ * Writes go to every live copy and succeed when at least one did and the
+ * copies that failed were marked faulty first (through @hooks); reads go
+ * to one live copy (the least busy) and move to another when one fails.
+ * A member marked faulty is never read or written again.  When a failure
+ * would leave some data without a live copy, the member is not marked:
+ * the volume fails instead, and every later write ends with -EIO.
+ *
+ * Returns 0 or -EINVAL (bad geometry, members too small, or not a live
+ * copy of every chunk) or -ENOMEM.
+ */
+int mirror_target_create(struct target **out, struct target **members,
+			 const uint8_t *state, unsigned int nr,
+			 unsigned int copies, uint64_t chunk_bytes,
+			 uint64_t size_bytes, uint64_t data_offset,
+			 const char *name);
+
+/** mirror_set_hooks - set (or with NULL clear) the metadata hooks. */
+void mirror_set_hooks(struct target *t, const struct mirror_hooks *hooks);
+
+/**
+ * mirror_bitmap_enable - keep a write-intent bitmap of regions of
+ * 2^@shift volume bytes: before the first write to a clean region its bit
+ * is written (hooks->bitmap_write) and synced; a region with no write for
+ * a few seconds is cleared again, after hooks->sync.  After a crash, only
+ * regions whose bit is set can hold copies that differ.  The hooks must be
+ * set first.  Returns 0 or -ENOMEM/-EINVAL.
+ */
+int mirror_bitmap_enable(struct target *t, unsigned int shift);
+
+/*
+ * mirror_read_primary - read only the first live copy of each chunk, so
+ * that copies which may differ (a read-only open after an unclean
+ * shutdown) still give the same data every time.
+ */
+void mirror_read_primary(struct target *t);
+
+/** mirror_state_get - the current state of every member into @state. */
+void mirror_state_get(struct target *t, uint8_t *state, unsigned int nr);
+
+/* -------- notices -------- */
+
+/*
+ * Volume-level news for the front end's log: a member marked faulty, a
+ * volume that failed, a resync's progress.  NULL (the default) drops them.
+ */
+enum target_notice_level { TARGET_NOTICE_INFO, TARGET_NOTICE_ERROR };
+typedef void target_notice_fn(enum target_notice_level level,
+			      const char *msg);
+void target_set_notice_reporter(target_notice_fn *fn);
+void target_notice(enum target_notice_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
 #endif /* BIONBD_TARGET_H */

@@ -42,9 +42,16 @@ struct volume_info {
 	char uuid[37];
 	uint64_t chunk_bytes;
 	uint64_t data_offset; /* member bytes before the data */
-	unsigned int nr_members;
-	unsigned int order[64]; /* order[role]: index into cfg->members */
+	uint32_t level; /* enum sb_level (raid0 when headerless) */
+	unsigned int copies; /* raid1/raid10: copies of each chunk */
+	unsigned int nr_members; /* roles (a mirror may lack some members) */
+	unsigned int order[64]; /* order[role]: index into cfg->members, or
+				 * VOLUME_NO_MEMBER for a missing one */
+	bool active[64]; /* a mirror's roles in service at start */
+	bool resynced; /* a mirror found unclean and resynced at open */
 };
+
+#define VOLUME_NO_MEMBER (~0u)
 
 /**
  * volume_open - check a volume definition, then create/extend and open it

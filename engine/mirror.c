@@ -1,0 +1,1044 @@
+// SPDX-License-Identifier: MIT
+/*
+ * mirror.c - the RAID-1 / RAID-10 target (md's "near" layout, target.h).
+ *
+ * The request path is md raid1's: a write is cloned once per live copy,
+ * a read goes to one copy and is retried on another when it fails.  The
+ * clones are not bio_chain()ed to their piece: chaining passes the first
+ * error up, and a mirror must not fail a write that one copy took.  A
+ * small struct mirror_io per piece counts the copies instead and ends the
+ * piece itself, once the copies that failed are marked faulty (recorded
+ * in the superblocks before the client hears of its write).
+ *
+ * RAID-10 bios are split at chunk boundaries first, as RAID-0's are, and
+ * every piece is mirrored on its own; RAID-1 copies lie at the same offset
+ * on every member, so its bios are never split.  Ranged ops without data
+ * (discard, write-zeroes) cost O(members) on RAID-10 too: whole chunks k
+ * to k' are the positions kK to k'K + K - 1 of a RAID-0 over the members,
+ * at most one contiguous range per member.
+ *
+ * All copies of one piece are submitted on one thread and so complete on
+ * it (ioq.h): a mirror_io needs no locking.  What threads share is the
+ * member states (atomic; changed under the lock) and the busy counts that
+ * balance reads.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define MIRROR_MAX_MEMBERS 64
+
+struct mirror_busy {
+	atomic_uint n; /* reads in flight on the member */
+	char pad[64 - sizeof(atomic_uint)];
+};
+
+/*
+ * The write-intent bitmap, md's scheme: a region's bit is on disk before
+ * any write to it starts, and comes off only when the region has had no
+ * write for a while and the members were synced since.  A region goes
+ * CLEAN -> DIRTY (bit written, under the lock) -> CLEARING (the daemon
+ * claims an idle one) -> CLEAN (bit cleared on disk, under the lock); a
+ * writer that finds it anything but DIRTY takes the lock and makes it
+ * DIRTY again.  Writers count themselves in before they look at the state
+ * and the daemon looks at the count after it claims: with sequentially
+ * consistent atomics one of them sees the other.
+ */
+enum { BM_CLEAN, BM_DIRTY, BM_CLEARING };
+
+#define BM_CLEAR_DELAY_S 5
+
+struct mirror_bitmap {
+	unsigned int shift;
+	uint32_t nr;
+	atomic_uint *inflight; /* writes in flight per region */
+	_Atomic uint8_t *state; /* BM_* per region */
+	atomic_bool *touched; /* written since the daemon last looked */
+	uint8_t *image; /* the bits on disk; under the lock */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool stop;
+	/*
+	 * Started by the first write, not when the volume opens: nbdkit
+	 * opens volumes before it forks, and threads do not survive a fork.
+	 */
+	bool started;
+	pthread_t daemon;
+};
+
+struct mirror_target {
+	struct target t;
+	struct mirror_geom g;
+	bool iomap; /* every live member answers target_iomap() */
+	bool primary_reads; /* mirror_read_primary */
+	struct mirror_bitmap *bm;
+	atomic_bool failed; /* some data lost its last copy: no writes */
+	pthread_mutex_t lock; /* state changes, hooks */
+	struct mirror_hooks hooks;
+	_Atomic uint8_t state[MIRROR_MAX_MEMBERS];
+	struct mirror_busy busy[MIRROR_MAX_MEMBERS];
+	struct target *members[MIRROR_MAX_MEMBERS];
+};
+
+static inline struct mirror_target *to_mirror(struct target *t)
+{
+	return container_of(t, struct mirror_target, t);
+}
+
+/* ---- geometry ---- */
+
+int mirror_geom_init(struct mirror_geom *g, unsigned int nr_members,
+		     unsigned int copies, uint64_t chunk_bytes)
+{
+	if (nr_members < 2 || nr_members > MIRROR_MAX_MEMBERS ||
+	    copies < 2 || copies > nr_members ||
+	    !stripe_chunk_valid(chunk_bytes))
+		return -EINVAL;
+	g->nr_members = nr_members;
+	g->copies = copies;
+	g->chunk_bytes = (uint32_t)chunk_bytes;
+	g->chunk_shift = (unsigned int)__builtin_ctzll(chunk_bytes);
+	g->data_offset = 0;
+	return 0;
+}
+
+int mirror_member_bytes(const struct mirror_geom *g, uint64_t size_bytes,
+			uint64_t *out)
+{
+	uint64_t chunks = (size_bytes >> g->chunk_shift) +
+			  !!(size_bytes & (g->chunk_bytes - 1));
+	uint64_t pos, rows;
+
+	if (__builtin_mul_overflow(chunks, (uint64_t)g->copies, &pos))
+		return -EFBIG;
+	rows = pos / g->nr_members + !!(pos % g->nr_members);
+	if (rows > ((uint64_t)INT64_MAX >> g->chunk_shift))
+		return -EFBIG;
+	*out = rows << g->chunk_shift;
+	return 0;
+}
+
+bool mirror_covered(const struct mirror_geom *g, const uint8_t *state)
+{
+	/* Chunk k's copies start at member kK mod N: try every start. */
+	for (unsigned int k = 0; k < g->nr_members; k++) {
+		unsigned int start =
+			(unsigned int)((uint64_t)k * g->copies % g->nr_members);
+		bool live = false;
+
+		for (unsigned int j = 0; j < g->copies && !live; j++)
+			live = state[(start + j) % g->nr_members] ==
+			       MIRROR_ACTIVE;
+		if (!live)
+			return false;
+	}
+	return true;
+}
+
+static bool raid1(const struct mirror_target *mt)
+{
+	return mt->g.copies == mt->g.nr_members;
+}
+
+static bool live(struct mirror_target *mt, unsigned int m)
+{
+	return atomic_load_explicit(&mt->state[m], memory_order_acquire) ==
+	       MIRROR_ACTIVE;
+}
+
+/* ---- faults ---- */
+
+static const char *op_name(enum req_op op)
+{
+	static const char *const names[] = { "read", "write", "flush",
+					     "discard", "cache",
+					     "write-zeroes", "extents" };
+
+	return op < ARRAY_SIZE(names) ? names[op] : "?";
+}
+
+static unsigned int nr_live(struct mirror_target *mt)
+{
+	unsigned int n = 0;
+
+	for (unsigned int m = 0; m < mt->g.nr_members; m++)
+		n += live(mt, m);
+	return n;
+}
+
+/*
+ * Take member @m out of service after @err on @op: recorded through the
+ * hooks before this returns, so that the caller may then complete the I/O
+ * the copy missed.  Refused (-EIO, and the volume fails) when the member
+ * holds the last live copy of some data, or when no member could record
+ * it.  0 when the member is (now or already) faulty.
+ */
+static int mirror_fail(struct mirror_target *mt, unsigned int m,
+		       enum req_op op, uint64_t member_offset, int err)
+{
+	uint8_t state[MIRROR_MAX_MEMBERS];
+	int r = 0;
+
+	pthread_mutex_lock(&mt->lock);
+	if (!live(mt, m))
+		goto out;
+	if (atomic_load(&mt->failed)) {
+		r = -EIO;
+		goto out;
+	}
+	for (unsigned int i = 0; i < mt->g.nr_members; i++)
+		state[i] = atomic_load(&mt->state[i]);
+	state[m] = MIRROR_FAULTY;
+	if (!mirror_covered(&mt->g, state)) {
+		atomic_store(&mt->failed, true);
+		target_notice(TARGET_NOTICE_ERROR,
+			      "volume '%s' failed: member %s (role %u) had a "
+			      "%s error at offset %" PRIu64 " (%s) and holds "
+			      "the last live copy of some data; writes fail "
+			      "with EIO from now on",
+			      mt->t.name, mt->members[m]->name, m, op_name(op),
+			      member_offset, strerror(-err));
+		r = -EIO;
+		goto out;
+	}
+	if (mt->hooks.record) {
+		r = mt->hooks.record(mt->hooks.arg, state, mt->g.nr_members);
+		if (r) {
+			atomic_store(&mt->failed, true);
+			target_notice(TARGET_NOTICE_ERROR,
+				      "volume '%s' failed: member %s (role %u) "
+				      "must be marked faulty, but no member "
+				      "could record it (%s); writes fail with "
+				      "EIO from now on",
+				      mt->t.name, mt->members[m]->name, m,
+				      strerror(-r));
+			r = -EIO;
+			goto out;
+		}
+	}
+	atomic_store_explicit(&mt->state[m], MIRROR_FAULTY,
+			      memory_order_release);
+	target_notice(TARGET_NOTICE_ERROR,
+		      "volume '%s': member %s (role %u) marked faulty after a "
+		      "%s error at offset %" PRIu64 " (%s); serving degraded "
+		      "on %u of %u members",
+		      mt->t.name, mt->members[m]->name, m, op_name(op),
+		      member_offset, strerror(-err), nr_live(mt),
+		      mt->g.nr_members);
+out:
+	pthread_mutex_unlock(&mt->lock);
+	return r;
+}
+
+/* ---- write-intent bitmap ---- */
+
+static void bm_range(const struct mirror_bitmap *bm, struct bio *bio,
+		     uint32_t *r0, uint32_t *r1)
+{
+	uint64_t off = bio_offset_bytes(bio), len = bio->bi_iter.bi_size;
+
+	*r0 = (uint32_t)(off >> bm->shift);
+	*r1 = (uint32_t)((off + (len ? len - 1 : 0)) >> bm->shift);
+}
+
+static void *bm_daemon(void *arg);
+
+/*
+ * Before a write to @bio's range: count it in, and make sure each region's
+ * bit is on disk.  0, or -EIO when no member took the bitmap (the write
+ * must not go out: nothing would say to resync it).
+ */
+static int bm_start(struct mirror_target *mt, struct bio *bio)
+{
+	struct mirror_bitmap *bm = mt->bm;
+	bool slow = false, changed = false;
+	uint32_t r0, r1, r;
+	int err = 0;
+
+	bm_range(bm, bio, &r0, &r1);
+	for (r = r0; r <= r1; r++) {
+		atomic_fetch_add(&bm->inflight[r], 1);
+		atomic_store_explicit(&bm->touched[r], true,
+				      memory_order_relaxed);
+		if (atomic_load(&bm->state[r]) != BM_DIRTY)
+			slow = true;
+	}
+	if (!slow)
+		return 0;
+	pthread_mutex_lock(&bm->lock);
+	if (!bm->started && !pthread_create(&bm->daemon, NULL, bm_daemon, mt))
+		bm->started = true; /* else bits stay set: resync does more */
+	for (r = r0; r <= r1; r++) {
+		if (atomic_load(&bm->state[r]) == BM_DIRTY)
+			continue;
+		if (!(bm->image[r / 8] >> (r % 8) & 1)) {
+			bm->image[r / 8] |= (uint8_t)(1u << (r % 8));
+			changed = true;
+		}
+	}
+	if (changed && mt->hooks.bitmap_write)
+		err = mt->hooks.bitmap_write(mt->hooks.arg, bm->image, bm->nr);
+	if (!err)
+		for (r = r0; r <= r1; r++)
+			atomic_store(&bm->state[r], BM_DIRTY);
+	pthread_mutex_unlock(&bm->lock);
+	if (err) {
+		for (r = r0; r <= r1; r++)
+			atomic_fetch_sub(&bm->inflight[r], 1);
+		target_notice(TARGET_NOTICE_ERROR,
+			      "volume '%s': the write-intent bitmap could not "
+			      "be written (%s): the write fails",
+			      mt->t.name, strerror(-err));
+		return -EIO;
+	}
+	return 0;
+}
+
+static void bm_end(struct mirror_target *mt, struct bio *bio)
+{
+	uint32_t r0, r1;
+
+	bm_range(mt->bm, bio, &r0, &r1);
+	for (uint32_t r = r0; r <= r1; r++)
+		atomic_fetch_sub(&mt->bm->inflight[r], 1);
+}
+
+/* One pass of the daemon: clear the regions idle since the last pass. */
+static void bm_clear_idle(struct mirror_target *mt)
+{
+	struct mirror_bitmap *bm = mt->bm;
+	bool claimed = false, changed = false;
+
+	for (uint32_t r = 0; r < bm->nr; r++) {
+		uint8_t dirty = BM_DIRTY;
+
+		if (atomic_load(&bm->state[r]) != BM_DIRTY)
+			continue;
+		if (atomic_exchange(&bm->touched[r], false))
+			continue;
+		if (atomic_load(&bm->inflight[r]) ||
+		    !atomic_compare_exchange_strong(&bm->state[r], &dirty,
+						    BM_CLEARING))
+			continue;
+		if (atomic_load(&bm->inflight[r])) {
+			uint8_t clearing = BM_CLEARING;
+
+			atomic_compare_exchange_strong(&bm->state[r],
+						       &clearing, BM_DIRTY);
+			continue;
+		}
+		claimed = true;
+	}
+	if (!claimed)
+		return;
+	/* What the claimed regions had written must be on disk first. */
+	if (mt->hooks.sync && mt->hooks.sync(mt->hooks.arg)) {
+		for (uint32_t r = 0; r < bm->nr; r++) {
+			uint8_t clearing = BM_CLEARING;
+
+			atomic_compare_exchange_strong(&bm->state[r],
+						       &clearing, BM_DIRTY);
+		}
+		return;
+	}
+	pthread_mutex_lock(&bm->lock);
+	for (uint32_t r = 0; r < bm->nr; r++) {
+		uint8_t clearing = BM_CLEARING;
+
+		if (atomic_compare_exchange_strong(&bm->state[r], &clearing,
+						   BM_CLEAN)) {
+			bm->image[r / 8] &= (uint8_t)~(1u << (r % 8));
+			changed = true;
+		}
+	}
+	/* A failed write leaves bits set on disk: the safe side. */
+	if (changed && mt->hooks.bitmap_write)
+		(void)mt->hooks.bitmap_write(mt->hooks.arg, bm->image, bm->nr);
+	pthread_mutex_unlock(&bm->lock);
+}
+
+static void *bm_daemon(void *arg)
+{
+	struct mirror_target *mt = arg;
+	struct mirror_bitmap *bm = mt->bm;
+	struct timespec ts;
+
+	pthread_mutex_lock(&bm->lock);
+	while (!bm->stop) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += BM_CLEAR_DELAY_S;
+		pthread_cond_timedwait(&bm->cond, &bm->lock, &ts);
+		if (bm->stop)
+			break;
+		pthread_mutex_unlock(&bm->lock);
+		bm_clear_idle(mt);
+		pthread_mutex_lock(&bm->lock);
+	}
+	pthread_mutex_unlock(&bm->lock);
+	return NULL;
+}
+
+static void bm_free(struct mirror_bitmap *bm)
+{
+	if (!bm)
+		return;
+	free(bm->inflight);
+	free(bm->state);
+	free(bm->touched);
+	free(bm->image);
+	pthread_cond_destroy(&bm->cond);
+	pthread_mutex_destroy(&bm->lock);
+	free(bm);
+}
+
+int mirror_bitmap_enable(struct target *t, unsigned int shift)
+{
+	struct mirror_target *mt = to_mirror(t);
+	struct mirror_bitmap *bm;
+	pthread_condattr_t ca;
+	uint64_t nr;
+
+	if (mt->bm || shift < 9 || shift > 62)
+		return -EINVAL;
+	nr = ((t->size_bytes - 1) >> shift) + 1;
+	if (nr > (1u << 24))
+		return -EINVAL;
+	bm = calloc(1, sizeof(*bm));
+	if (!bm)
+		return -ENOMEM;
+	bm->shift = shift;
+	bm->nr = (uint32_t)nr;
+	bm->inflight = calloc(nr, sizeof(*bm->inflight));
+	bm->state = calloc(nr, sizeof(*bm->state));
+	bm->touched = calloc(nr, sizeof(*bm->touched));
+	bm->image = calloc((nr + 7) / 8, 1);
+	pthread_mutex_init(&bm->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&bm->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (!bm->inflight || !bm->state || !bm->touched || !bm->image)
+		goto nomem;
+	/* calloc: every region starts clean, as resync left it. */
+	mt->bm = bm;
+	return 0;
+nomem:
+	bm_free(bm);
+	return -ENOMEM;
+}
+
+static void bm_stop(struct mirror_target *mt)
+{
+	struct mirror_bitmap *bm = mt->bm;
+
+	if (!bm)
+		return;
+	pthread_mutex_lock(&bm->lock);
+	bm->stop = true;
+	pthread_cond_signal(&bm->cond);
+	pthread_mutex_unlock(&bm->lock);
+	if (bm->started)
+		pthread_join(bm->daemon, NULL);
+	mt->bm = NULL;
+	bm_free(bm);
+}
+
+void mirror_read_primary(struct target *t)
+{
+	to_mirror(t)->primary_reads = true;
+}
+
+/* ---- one piece's copies ---- */
+
+struct mirror_leg {
+	struct mirror_io *io;
+	unsigned int member;
+	sector_t sector; /* where on the member */
+	uint32_t size;
+	int err;
+};
+
+struct mirror_io {
+	struct mirror_target *mt;
+	struct bio *bio; /* the piece; ends when every copy has */
+	unsigned int pending;
+	unsigned int ok;
+	int err; /* reads: the last copy's error */
+	uint64_t tried; /* reads: members tried */
+	unsigned int nr_legs;
+	struct mirror_leg legs[];
+};
+
+static struct mirror_io *io_alloc(struct mirror_target *mt, struct bio *bio,
+				  unsigned int legs)
+{
+	struct mirror_io *io = malloc(sizeof(*io) + legs * sizeof(io->legs[0]));
+
+	if (io) {
+		memset(io, 0, sizeof(*io));
+		io->mt = mt;
+		io->bio = bio;
+	}
+	return io;
+}
+
+static void leg_add(struct mirror_io *io, unsigned int member,
+		    uint64_t member_offset, uint64_t size)
+{
+	struct mirror_leg *l = &io->legs[io->nr_legs++];
+
+	l->io = io;
+	l->member = member;
+	l->sector = member_offset >> SECTOR_SHIFT;
+	l->size = (uint32_t)size;
+	l->err = 0;
+}
+
+static void write_leg_endio(struct bio *clone);
+
+/* Send leg @l: a clone of the piece, moved to the leg's member range. */
+static int leg_submit(struct mirror_leg *l, unsigned int opf)
+{
+	struct mirror_io *io = l->io;
+	struct bio *clone = bio_clone(io->bio);
+
+	if (!clone)
+		return -ENOMEM;
+	clone->bi_opf = opf;
+	clone->bi_iter.bi_sector = l->sector;
+	if (!bio_has_data(io->bio))
+		clone->bi_iter.bi_size = l->size;
+	clone->bi_private = l;
+	clone->bi_end_io = write_leg_endio;
+	io->pending++;
+	submit_bio(io->mt->members[l->member], clone);
+	return 0;
+}
+
+/*
+ * Every copy answered.  A fast zero that some copies refused while others
+ * did it would leave them different: those copies zero the slow way.
+ * Copies that failed are marked faulty; the piece succeeds when one copy
+ * took it and every failed one is out of service.
+ */
+static void write_done(struct mirror_io *io)
+{
+	struct mirror_target *mt = io->mt;
+	struct bio *bio = io->bio;
+	unsigned int redo = 0;
+	bool refused = false;
+	int err = 0, r;
+
+	for (unsigned int i = 0; i < io->nr_legs; i++) {
+		struct mirror_leg *l = &io->legs[i];
+
+		if (l->err == -EOPNOTSUPP && (bio->bi_opf & REQ_NOFALLBACK) &&
+		    io->ok)
+			redo++;
+	}
+	if (redo) {
+		unsigned int opf = bio->bi_opf & ~REQ_NOFALLBACK;
+
+		io->pending = 1; /* held while the legs go out */
+		for (unsigned int i = 0; i < io->nr_legs; i++) {
+			struct mirror_leg *l = &io->legs[i];
+
+			if (l->err != -EOPNOTSUPP)
+				continue;
+			l->err = 0;
+			if (leg_submit(l, opf))
+				l->err = -ENOMEM;
+		}
+		if (--io->pending)
+			return;
+	}
+	for (unsigned int i = 0; i < io->nr_legs; i++) {
+		struct mirror_leg *l = &io->legs[i];
+
+		if (!l->err)
+			continue;
+		if (!err)
+			err = l->err;
+		/* Nothing took it: the copies agree that it failed. */
+		if (!io->ok)
+			continue;
+		r = mirror_fail(mt, l->member, bio_op(bio),
+				(uint64_t)l->sector << SECTOR_SHIFT, l->err);
+		if (r) {
+			io->ok = 0; /* mirror_fail said why */
+			refused = true;
+		}
+	}
+	r = !err || io->ok ? 0 : err;
+	if (r && r != -EOPNOTSUPP && !refused)
+		target_notice(TARGET_NOTICE_ERROR,
+			      "volume '%s': %s at offset %" PRIu64 " length %u "
+			      "failed on every live copy (%s)",
+			      mt->t.name, op_name(bio_op(bio)),
+			      bio_offset_bytes(bio), bio->bi_iter.bi_size,
+			      strerror(-r));
+	free(io);
+	if (mt->bm && bio_op(bio) != REQ_OP_FLUSH)
+		bm_end(mt, bio);
+	if (r)
+		bio_io_error(bio, r);
+	else
+		bio_endio(bio, bio->bi_iter.bi_size, 0);
+}
+
+static void write_leg_endio(struct bio *clone)
+{
+	struct mirror_leg *l = clone->bi_private;
+	struct mirror_io *io = l->io;
+
+	if (clone->bi_status)
+		l->err = clone->bi_status;
+	else
+		io->ok++;
+	bio_put(clone);
+	if (!--io->pending)
+		write_done(io);
+}
+
+/* Send every leg of a write-type @io; the piece ends in write_done. */
+static void write_start(struct mirror_io *io)
+{
+	io->pending = 1; /* held while the legs go out */
+	for (unsigned int i = 0; i < io->nr_legs; i++)
+		if (leg_submit(&io->legs[i], io->bio->bi_opf))
+			io->legs[i].err = -ENOMEM;
+	if (!--io->pending)
+		write_done(io);
+}
+
+/*
+ * Legs of a write-type piece: one per live copy.  A piece inside one chunk
+ * (or any RAID-1 piece) has its K copies; a RAID-10 piece of whole chunks
+ * k to k' is positions kK to k'K + K - 1, one range per member.
+ */
+static struct mirror_io *write_legs(struct mirror_target *mt, struct bio *bio)
+{
+	const struct mirror_geom *g = &mt->g;
+	uint64_t off = bio_offset_bytes(bio), len = bio->bi_iter.bi_size;
+	struct mirror_io *io = io_alloc(mt, bio, g->nr_members);
+	uint64_t moff;
+	unsigned int m;
+
+	if (!io)
+		return NULL;
+	if (bio_op(bio) == REQ_OP_FLUSH) {
+		for (m = 0; m < g->nr_members; m++)
+			if (live(mt, m))
+				leg_add(io, m, 0, 0);
+		return io;
+	}
+	if (raid1(mt) || (off >> g->chunk_shift) ==
+				 ((off + len - 1) >> g->chunk_shift)) {
+		for (unsigned int j = 0; j < g->copies; j++) {
+			mirror_map(g, off, j, &m, &moff);
+			if (live(mt, m))
+				leg_add(io, m, moff, len);
+		}
+		return io;
+	}
+	{
+		struct stripe_geom sg = { .nr_members = g->nr_members,
+					  .chunk_bytes = g->chunk_bytes,
+					  .chunk_shift = g->chunk_shift,
+					  .data_offset = g->data_offset };
+		uint64_t pstart = off * g->copies, plen = len * g->copies;
+		uint64_t mstart, mlen;
+
+		for (m = 0; m < g->nr_members; m++)
+			if (live(mt, m) && stripe_member_range(&sg, m, pstart,
+							       plen, &mstart,
+							       &mlen))
+				leg_add(io, m, mstart, mlen);
+	}
+	return io;
+}
+
+static void write_piece(struct mirror_target *mt, struct bio *bio)
+{
+	struct mirror_io *io;
+
+	if (atomic_load_explicit(&mt->failed, memory_order_relaxed)) {
+		bio_io_error(bio, -EIO);
+		return;
+	}
+	io = write_legs(mt, bio);
+	if (!io) {
+		bio_io_error(bio, -ENOMEM);
+		return;
+	}
+	if (!io->nr_legs) {
+		/* Every copy of this data is faulty: nowhere to write it. */
+		free(io);
+		bio_io_error(bio, -EIO);
+		return;
+	}
+	if (mt->bm && bio_op(bio) != REQ_OP_FLUSH && bm_start(mt, bio)) {
+		free(io);
+		bio_io_error(bio, -EIO);
+		return;
+	}
+	write_start(io);
+}
+
+/* ---- reads ---- */
+
+static void read_next(struct mirror_io *io);
+
+static void read_endio(struct bio *clone)
+{
+	struct mirror_io *io = clone->bi_private;
+	struct mirror_target *mt = io->mt;
+	unsigned int m = io->nr_legs; /* the member this copy came from */
+	int err = clone->bi_status;
+	uint64_t moff = bio_offset_bytes(clone);
+
+	atomic_fetch_sub_explicit(&mt->busy[m].n, 1, memory_order_relaxed);
+	bio_put(clone);
+	if (!err) {
+		struct bio *bio = io->bio;
+
+		free(io);
+		bio_endio(bio, bio->bi_iter.bi_size, 0);
+		return;
+	}
+	/*
+	 * Extents and cache are answers about a copy, not data: their error
+	 * is the client's (a retry would append extents twice).
+	 */
+	if (bio_op(io->bio) != REQ_OP_READ) {
+		struct bio *bio = io->bio;
+
+		free(io);
+		bio_io_error(bio, err);
+		return;
+	}
+	io->err = err;
+	if (err != -ENOMEM)
+		(void)mirror_fail(mt, m, REQ_OP_READ, moff, err);
+	read_next(io);
+}
+
+/*
+ * Send the read to the least busy live copy not tried yet (ties: the
+ * next in turn, so that one stream at a low depth uses every copy).
+ */
+static void read_next(struct mirror_io *io)
+{
+	static __thread unsigned int turn;
+	struct mirror_target *mt = io->mt;
+	const struct mirror_geom *g = &mt->g;
+	struct bio *bio = io->bio, *clone;
+	uint64_t off = bio_offset_bytes(bio), moff, best_off = 0;
+	unsigned int best = ~0u, best_busy = ~0u, start = turn++, m;
+
+	if (mt->primary_reads)
+		start = 0;
+	for (unsigned int i = 0; i < g->copies; i++) {
+		unsigned int j = (start + i) % g->copies, b;
+
+		mirror_map(g, off, j, &m, &moff);
+		if ((io->tried >> m & 1) || !live(mt, m))
+			continue;
+		if (mt->primary_reads) {
+			best = m;
+			best_off = moff;
+			break;
+		}
+		b = atomic_load_explicit(&mt->busy[m].n, memory_order_relaxed);
+		if (b < best_busy) {
+			best = m;
+			best_busy = b;
+			best_off = moff;
+		}
+	}
+	if (best == ~0u) {
+		int err = io->err ? io->err : -EIO;
+
+		free(io);
+		bio_io_error(bio, err);
+		return;
+	}
+	clone = bio_clone(bio);
+	if (!clone) {
+		free(io);
+		bio_io_error(bio, -ENOMEM);
+		return;
+	}
+	io->tried |= 1ull << best;
+	io->nr_legs = best; /* no legs on reads: the member in flight */
+	clone->bi_iter.bi_sector = best_off >> SECTOR_SHIFT;
+	clone->bi_private = io;
+	clone->bi_end_io = read_endio;
+	atomic_fetch_add_explicit(&mt->busy[best].n, 1, memory_order_relaxed);
+	submit_bio(mt->members[best], clone);
+}
+
+static void read_piece(struct mirror_target *mt, struct bio *bio)
+{
+	struct mirror_io *io = io_alloc(mt, bio, 0);
+
+	if (!io) {
+		bio_io_error(bio, -ENOMEM);
+		return;
+	}
+	read_next(io);
+}
+
+/* ---- dispatch ---- */
+
+static void mirror_piece(struct mirror_target *mt, struct bio *bio)
+{
+	switch (bio_op(bio)) {
+	case REQ_OP_READ:
+	case REQ_OP_EXTENTS:
+	case REQ_OP_CACHE:
+		read_piece(mt, bio);
+		return;
+	default:
+		write_piece(mt, bio);
+		return;
+	}
+}
+
+/* Cut the front @bytes off @bio as a piece chained to it, and mirror it. */
+static bool piece_off(struct mirror_target *mt, struct bio *bio,
+		      uint64_t bytes)
+{
+	struct bio *split = bio_split(bio, (unsigned int)(bytes >> SECTOR_SHIFT));
+
+	if (unlikely(!split)) {
+		bio_io_error(bio, -ENOMEM);
+		return false;
+	}
+	bio_chain(split, bio);
+	mirror_piece(mt, split);
+	return true;
+}
+
+/*
+ * RAID-10 discard and write-zeroes: the partial chunks at either end are
+ * pieces of their own, whole chunks between them pieces of up to 2 GiB
+ * (so that a member's share of one stays below a bio's 4 GiB).
+ */
+static void mirror_ranged(struct mirror_target *mt, struct bio *bio)
+{
+	uint64_t mask = mt->g.chunk_bytes - 1, max = (2ull << 30) & ~mask;
+	uint64_t off = bio_offset_bytes(bio);
+	uint64_t head = off & mask ? mt->g.chunk_bytes - (off & mask) : 0;
+
+	if (!max)
+		max = mt->g.chunk_bytes;
+	if (head >= bio->bi_iter.bi_size) {
+		mirror_piece(mt, bio);
+		return;
+	}
+	if (head && !piece_off(mt, bio, head))
+		return;
+	for (;;) {
+		uint64_t len = bio->bi_iter.bi_size, whole = len & ~mask;
+
+		if (whole > max)
+			whole = max;
+		if (!whole || whole == len)
+			break;
+		if (!piece_off(mt, bio, whole))
+			return;
+	}
+	mirror_piece(mt, bio);
+}
+
+static void mirror_submit(struct target *t, struct bio *bio)
+{
+	struct mirror_target *mt = to_mirror(t);
+	unsigned int pieces = 0;
+	struct blk_plug plug;
+	uint64_t left;
+
+	switch (bio_op(bio)) {
+	case REQ_OP_FLUSH:
+		write_piece(mt, bio);
+		return;
+	case REQ_OP_DISCARD:
+	case REQ_OP_WRITE_ZEROES:
+	case REQ_OP_CACHE:
+		if (raid1(mt) || bio_op(bio) == REQ_OP_CACHE)
+			mirror_piece(mt, bio);
+		else
+			mirror_ranged(mt, bio);
+		return;
+	default:
+		break;
+	}
+	if (raid1(mt)) {
+		mirror_piece(mt, bio);
+		return;
+	}
+	blk_start_plug(&plug);
+	for (;;) {
+		uint64_t off = bio_offset_bytes(bio);
+
+		/* As on RAID-0: a huge block status answers a prefix. */
+		if (bio_op(bio) == REQ_OP_EXTENTS &&
+		    pieces++ == STRIPE_MAX_EXTENT_PIECES) {
+			bio_endio(bio, bio->bi_iter.bi_size, 0);
+			break;
+		}
+		left = mt->g.chunk_bytes - (off & (mt->g.chunk_bytes - 1));
+		if (left >= bio->bi_iter.bi_size) {
+			mirror_piece(mt, bio);
+			break;
+		}
+		if (!piece_off(mt, bio, left))
+			break;
+	}
+	blk_finish_plug(&plug);
+}
+
+/* A live copy of the piece at @off, in turn. */
+static int mirror_iomap(struct target *t, uint64_t off, uint64_t len,
+			unsigned int flags, struct target_iomap *m)
+{
+	static __thread unsigned int turn;
+	struct mirror_target *mt = to_mirror(t);
+	uint64_t left = mt->g.chunk_bytes - (off & (mt->g.chunk_bytes - 1));
+	unsigned int start = mt->primary_reads ? 0 : turn++, member;
+	uint64_t moff;
+
+	if (!mt->iomap)
+		return -EOPNOTSUPP;
+	if (!raid1(mt) && len > left)
+		len = left;
+	for (unsigned int i = 0; i < mt->g.copies; i++) {
+		mirror_map(&mt->g, off, (start + i) % mt->g.copies, &member,
+			   &moff);
+		if (live(mt, member))
+			return target_iomap(mt->members[member], moff, len,
+					    flags, m);
+	}
+	return -EIO;
+}
+
+static void mirror_destroy(struct target *t)
+{
+	struct mirror_target *mt = to_mirror(t);
+
+	bm_stop(mt);
+	for (unsigned int i = 0; i < mt->g.nr_members; i++)
+		target_destroy(mt->members[i]);
+	pthread_mutex_destroy(&mt->lock);
+	free(mt->t.name);
+	free(mt);
+}
+
+static const struct target_ops mirror_target_ops = {
+	.submit = mirror_submit,
+	.destroy = mirror_destroy,
+	.iomap = mirror_iomap,
+};
+
+int mirror_target_create(struct target **out, struct target **members,
+			 const uint8_t *state, unsigned int nr,
+			 unsigned int copies, uint64_t chunk_bytes,
+			 uint64_t size_bytes, uint64_t data_offset,
+			 const char *name)
+{
+	struct mirror_target *mt;
+	struct mirror_geom g;
+	struct target_iomap map;
+	uint64_t need;
+	bool iomap = true;
+
+	/* Positions (offset x K) must fit in 64 bits: see write_legs. */
+	if (mirror_geom_init(&g, nr, copies, chunk_bytes) ||
+	    data_offset % chunk_bytes || !size_bytes ||
+	    size_bytes % SECTOR_SIZE || size_bytes > UINT64_MAX / 2 / copies ||
+	    mirror_member_bytes(&g, size_bytes, &need) ||
+	    __builtin_add_overflow(need, data_offset, &need))
+		return -EINVAL;
+	g.data_offset = data_offset;
+	for (unsigned int i = 0; i < nr; i++) {
+		if (state[i] == MIRROR_ACTIVE &&
+		    (!members[i] || members[i]->size_bytes < need))
+			return -EINVAL;
+		if (state[i] == MIRROR_ACTIVE &&
+		    target_iomap(members[i], 0, 1, 0, &map))
+			iomap = false;
+	}
+	if (!mirror_covered(&g, state))
+		return -EINVAL;
+	mt = calloc(1, sizeof(*mt));
+	if (!mt)
+		return -ENOMEM;
+	mt->t.name = strdup(name && *name ? name : "mirror");
+	if (!mt->t.name) {
+		free(mt);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&mt->lock, NULL);
+	mt->t.ops = &mirror_target_ops;
+	mt->t.size_bytes = size_bytes;
+	mt->g = g;
+	mt->iomap = iomap;
+	for (unsigned int i = 0; i < nr; i++) {
+		atomic_init(&mt->state[i], state[i]);
+		atomic_init(&mt->busy[i].n, 0);
+		mt->members[i] = members[i];
+	}
+	*out = &mt->t;
+	return 0;
+}
+
+void mirror_set_hooks(struct target *t, const struct mirror_hooks *hooks)
+{
+	struct mirror_target *mt = to_mirror(t);
+
+	pthread_mutex_lock(&mt->lock);
+	if (hooks)
+		mt->hooks = *hooks;
+	else
+		memset(&mt->hooks, 0, sizeof(mt->hooks));
+	pthread_mutex_unlock(&mt->lock);
+}
+
+void mirror_state_get(struct target *t, uint8_t *state, unsigned int nr)
+{
+	struct mirror_target *mt = to_mirror(t);
+
+	for (unsigned int i = 0; i < nr && i < mt->g.nr_members; i++)
+		state[i] = atomic_load(&mt->state[i]);
+}
+
+/* ---- notices ---- */
+
+static target_notice_fn *notice_fn;
+
+void target_set_notice_reporter(target_notice_fn *fn)
+{
+	notice_fn = fn;
+}
+
+void target_notice(enum target_notice_level level, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (!notice_fn)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	notice_fn(level, msg);
+}

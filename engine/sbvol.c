@@ -1,0 +1,542 @@
+// SPDX-License-Identifier: MIT
+/*
+ * sbvol.c - the superblock side of an open self-describing volume.
+ *
+ * A target stacked on the stripe or the mirror that bios pass straight
+ * through; what it adds is a descriptor per active member (opened before a
+ * front end drops privileges, holding an exclusive flock(2) so that a
+ * second writer is refused) and everything written through them:
+ *
+ *  - the clean flag: cleared while the volume is open, set again when it
+ *    is closed after its final flush, so that an unclean shutdown shows;
+ *  - for a mirror, the role states: a member found faulty, stale or
+ *    missing at start, or marked faulty while serving, is recorded in the
+ *    superblocks of the members still active (the event counter bumped,
+ *    so that the faulty one reads as stale if it comes back);
+ *  - the write-intent bitmap the mirror keeps (mirror_bitmap_enable);
+ *  - the resync after an unclean shutdown, before the volume serves: the
+ *    regions the bitmap says were being written (every region when there
+ *    is no valid bitmap) are compared copy by copy and made equal to the
+ *    first live copy.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bionbd/superblock.h>
+
+#include "internal.h"
+
+struct sbvol {
+	struct target t;
+	struct target *inner;
+	bool mirror;
+	unsigned int nr;
+	uint64_t events; /* the superblocks' event counter */
+	int fds[SB_MAX_ROLES]; /* by role; -1: not in service */
+};
+
+static void sbvol_submit(struct target *t, struct bio *bio)
+{
+	struct sbvol *sv = container_of(t, struct sbvol, t);
+
+	sv->inner->ops->submit(sv->inner, bio);
+}
+
+static int sbvol_iomap(struct target *t, uint64_t off, uint64_t len,
+		       unsigned int flags, struct target_iomap *m)
+{
+	struct sbvol *sv = container_of(t, struct sbvol, t);
+
+	return target_iomap(sv->inner, off, len, flags, m);
+}
+
+/*
+ * Read, change with @edit and write back the superblock of every member
+ * in service.  Returns how many took it; *err gets the first failure.
+ */
+static unsigned int sb_rewrite(struct sbvol *sv,
+			       void (*edit)(struct superblock *, void *),
+			       void *arg, int *err)
+{
+	unsigned int written = 0;
+	char why[256];
+
+	*err = 0;
+	for (unsigned int i = 0; i < sv->nr; i++) {
+		struct superblock sb;
+		int e;
+
+		if (sv->fds[i] < 0)
+			continue;
+		e = sb_read(sv->fds[i], &sb, why, sizeof(why));
+		if (!e) {
+			edit(&sb, arg);
+			sb.utime = (uint64_t)time(NULL);
+			e = sb_write(sv->fds[i], &sb);
+		}
+		if (!e)
+			written++;
+		else if (!*err)
+			*err = e;
+	}
+	return written;
+}
+
+static void edit_clean(struct superblock *sb, void *arg)
+{
+	if (*(bool *)arg)
+		sb->flags |= SB_FLAG_CLEAN;
+	else
+		sb->flags &= ~SB_FLAG_CLEAN;
+}
+
+/* Set or clear the clean flag on every member in service. */
+static int sb_mark(struct sbvol *sv, bool clean)
+{
+	int err;
+
+	sb_rewrite(sv, edit_clean, &clean, &err);
+	return err;
+}
+
+/* ---- mirror hooks ---- */
+
+struct state_edit {
+	const uint8_t *state;
+	unsigned int nr;
+	uint64_t events;
+};
+
+static void edit_states(struct superblock *sb, void *arg)
+{
+	const struct state_edit *se = arg;
+
+	for (unsigned int k = 0; k < se->nr && k < sb->nr_roles; k++)
+		if (sb->roles[k].state == SB_ROLE_ACTIVE ||
+		    sb->roles[k].state == SB_ROLE_FAULTY)
+			sb->roles[k].state = se->state[k] == MIRROR_ACTIVE ?
+						     SB_ROLE_ACTIVE :
+						     SB_ROLE_FAULTY;
+	sb->events = se->events;
+}
+
+/*
+ * The role table @state goes to every member still active, with the
+ * event counter one up; members no longer active are closed (they are
+ * never written again).  Runs under the mirror's lock.
+ */
+static int sb_record(void *arg, const uint8_t *state, unsigned int nr)
+{
+	struct sbvol *sv = arg;
+	struct state_edit se = { .state = state, .nr = nr,
+				 .events = ++sv->events };
+	int err;
+
+	for (unsigned int i = 0; i < nr && i < sv->nr; i++) {
+		if (state[i] != MIRROR_ACTIVE && sv->fds[i] >= 0) {
+			close(sv->fds[i]);
+			sv->fds[i] = -1;
+		}
+	}
+	if (sb_rewrite(sv, edit_states, &se, &err))
+		return 0;
+	return err ? err : -EIO;
+}
+
+static int write_full(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = pwrite(fd, p, len, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Past a member's end reads as zeros, as the file target has it. */
+static int read_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	char *p = buf;
+
+	while (len) {
+		ssize_t n = pread(fd, p, len, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (!n) {
+			memset(p, 0, len);
+			return 0;
+		}
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* The bitmap block on every member in service, each synced. */
+static int sb_bitmap_write(void *arg, const uint8_t *bits, uint32_t nr)
+{
+	struct sbvol *sv = arg;
+	uint8_t block[SB_BITMAP_BYTES];
+	unsigned int written = 0;
+	int r = -EIO;
+
+	sb_bitmap_encode(bits, nr, block);
+	for (unsigned int i = 0; i < sv->nr; i++) {
+		int e;
+
+		if (sv->fds[i] < 0)
+			continue;
+		e = write_full(sv->fds[i], block, sizeof(block),
+			       SB_BITMAP_OFFSET);
+		if (!e && fdatasync(sv->fds[i]))
+			e = -errno;
+		if (!e)
+			written++;
+		else
+			r = e;
+	}
+	return written ? 0 : r;
+}
+
+/* Data written so far is durable on every member in service. */
+static int sb_sync(void *arg)
+{
+	struct sbvol *sv = arg;
+	int r = 0;
+
+	for (unsigned int i = 0; i < sv->nr; i++)
+		if (sv->fds[i] >= 0 && fdatasync(sv->fds[i]) && !r)
+			r = -errno;
+	return r;
+}
+
+/* ---- resync ---- */
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/*
+ * The regions to resync: the union of the bitmaps of the members in
+ * service (a bitmap write that a crash cut short may have reached some
+ * members only).  Returns false when some member has no valid bitmap: then
+ * every region is resynced.
+ */
+static bool dirty_regions(struct sbvol *sv, uint32_t nr, uint8_t *dirty)
+{
+	uint8_t block[SB_BITMAP_BYTES], bits[SB_BITMAP_BYTES];
+
+	memset(dirty, 0, (nr + 7) / 8);
+	for (unsigned int i = 0; i < sv->nr; i++) {
+		if (sv->fds[i] < 0)
+			continue;
+		if (read_full(sv->fds[i], block, sizeof(block),
+			      SB_BITMAP_OFFSET) ||
+		    sb_bitmap_decode(block, nr, bits))
+			return false;
+		for (uint32_t b = 0; b < (nr + 7) / 8; b++)
+			dirty[b] |= bits[b];
+	}
+	return true;
+}
+
+/*
+ * Make every live copy of [off, off + len) (inside one chunk) equal to the
+ * first live copy.  @a, @b: two buffers of @len.  Adds the bytes compared
+ * and rewritten to *compared and *fixed (nothing to compare with a single
+ * live copy).
+ */
+static int resync_piece(struct sbvol *sv, const struct mirror_geom *g,
+			const uint32_t *state, uint64_t off, size_t len,
+			char *a, char *b, uint64_t *compared, uint64_t *fixed,
+			char *errbuf, size_t errlen, const char *const *paths)
+{
+	unsigned int member[SB_MAX_ROLES], nr = 0, m = 0;
+	uint64_t moff[SB_MAX_ROLES];
+	int r = 0;
+
+	for (unsigned int j = 0; j < g->copies; j++) {
+		mirror_map(g, off, j, &member[nr], &moff[nr]);
+		if (state[member[nr]] == SB_ROLE_ACTIVE)
+			nr++;
+	}
+	if (nr < 2)
+		return 0;
+	r = read_full(sv->fds[member[0]], a, len, moff[0]);
+	for (unsigned int i = 1; i < nr && !r; i++) {
+		m = i;
+		r = read_full(sv->fds[member[i]], b, len, moff[i]);
+		if (r || !memcmp(a, b, len))
+			continue;
+		r = write_full(sv->fds[member[i]], a, len, moff[i]);
+		*fixed += len;
+	}
+	if (!r) {
+		*compared += len;
+		return 0;
+	}
+	return verr(errbuf, errlen, r,
+		     "resync: member %s at offset %" PRIu64 ": %s",
+		     paths[member[m]], moff[m], strerror(-r));
+}
+
+#define RESYNC_STEP (1u << 20)
+
+static int resync(struct sbvol *sv, const struct sb_volume *v,
+		  const char *const *paths, char *errbuf, size_t errlen)
+{
+	const struct superblock *sb = &v->sb;
+	uint32_t nr = sb->bitmap_shift ?
+			      (uint32_t)(((sb->size_bytes - 1) >>
+					  sb->bitmap_shift) + 1) :
+			      1;
+	unsigned int shift = sb->bitmap_shift ? sb->bitmap_shift : 63;
+	uint8_t dirty[SB_BITMAP_BYTES];
+	uint64_t fixed = 0, compared = 0;
+	struct mirror_geom g;
+	size_t step = sb->chunk_bytes < RESYNC_STEP ? sb->chunk_bytes :
+						      RESYNC_STEP;
+	char *a = NULL, *b = NULL;
+	double t0 = now_s();
+	bool bitmap;
+	int r = 0;
+
+	bitmap = sb->bitmap_shift && dirty_regions(sv, nr, dirty);
+	if (mirror_geom_init(&g, sb->nr_roles, sb->copies, sb->chunk_bytes))
+		return verr(errbuf, errlen, -EINVAL, "bad mirror geometry");
+	g.data_offset = sb->data_offset;
+	a = malloc(step);
+	b = malloc(step);
+	if (!a || !b) {
+		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (uint32_t reg = 0; reg < nr; reg++) {
+		uint64_t off = (uint64_t)reg << shift, end;
+
+		if (bitmap && !(dirty[reg / 8] >> (reg % 8) & 1))
+			continue;
+		if (!sb->bitmap_shift)
+			off = 0;
+		end = sb->bitmap_shift && reg + 1 < nr ?
+			      (uint64_t)(reg + 1) << shift :
+			      sb->size_bytes;
+		while (off < end) {
+			uint64_t left = g.chunk_bytes -
+					(off & (g.chunk_bytes - 1));
+			size_t len = (size_t)(end - off < step ? end - off : step);
+
+			if (len > left)
+				len = (size_t)left;
+			r = resync_piece(sv, &g, v->state, off, len, a, b,
+					 &compared, &fixed, errbuf, errlen,
+					 paths);
+			if (r)
+				goto out;
+			off += len;
+		}
+	}
+	r = sb_sync(sv);
+	if (r) {
+		verr(errbuf, errlen, r, "resync: fdatasync: %s",
+		      strerror(-r));
+		goto out;
+	}
+	target_notice(TARGET_NOTICE_INFO,
+		      "volume '%s': resync after an unclean shutdown (%s): "
+		      "%" PRIu64 " MiB compared, %" PRIu64 " KiB rewritten, "
+		      "%.2f s",
+		      sb->name, bitmap ? "regions in the write-intent bitmap" :
+					 "every region, no bitmap",
+		      compared >> 20, fixed >> 10, now_s() - t0);
+out:
+	free(a);
+	free(b);
+	return r;
+}
+
+/* ---- life cycle ---- */
+
+static void sbvol_destroy(struct target *t)
+{
+	struct sbvol *sv = container_of(t, struct sbvol, t);
+	uint8_t none[SB_BITMAP_BYTES / 8 * 8] = { 0 };
+
+	/* The mirror's bitmap daemon stops with it: nothing writes now. */
+	target_destroy(sv->inner);
+	/*
+	 * A member that cannot be marked keeps its flag cleared, which reads
+	 * as an unclean shutdown: the safe side, so nothing more to do.  The
+	 * bitmap goes clear first: every write is done and synced.
+	 */
+	if (sv->mirror && !sb_sync(sv)) {
+		struct superblock sb;
+		char why[64];
+
+		for (unsigned int i = 0; i < sv->nr; i++)
+			if (sv->fds[i] >= 0 &&
+			    !sb_read(sv->fds[i], &sb, why, sizeof(why)) &&
+			    sb.bitmap_shift) {
+				(void)sb_bitmap_write(
+					sv, none,
+					(uint32_t)(((sb.size_bytes - 1) >>
+						    sb.bitmap_shift) + 1));
+				break;
+			}
+	}
+	(void)sb_mark(sv, true);
+	for (unsigned int i = 0; i < sv->nr; i++)
+		if (sv->fds[i] >= 0)
+			close(sv->fds[i]);
+	free(sv->t.name);
+	free(sv);
+}
+
+static const struct target_ops sbvol_ops = {
+	.submit = sbvol_submit,
+	.destroy = sbvol_destroy,
+	.iomap = sbvol_iomap,
+};
+
+static int open_member(struct sbvol *sv, unsigned int role, const char *path,
+		       char *errbuf, size_t errlen)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0)
+		return verr(errbuf, errlen, -errno, "member %s: %s", path,
+			     strerror(errno));
+	sv->fds[role] = fd;
+	if (!flock(fd, LOCK_EX | LOCK_NB))
+		return 0;
+	if (errno == EWOULDBLOCK)
+		return verr(errbuf, errlen, -EBUSY,
+			     "member %s: in use by another process (a server "
+			     "or bioctl has the volume open)",
+			     path);
+	return verr(errbuf, errlen, -errno, "member %s: flock: %s", path,
+		     strerror(errno));
+}
+
+int sbvol_create(struct target **out, struct target *inner,
+		 const struct sb_volume *v, const char *const *paths,
+		 char *errbuf, size_t errlen)
+{
+	const struct superblock *sb = &v->sb;
+	bool mirror = sb_redundant(sb->level);
+	struct sbvol *sv = calloc(1, sizeof(*sv));
+	int r = 0;
+
+	if (!sv)
+		return verr(errbuf, errlen, -ENOMEM, "out of memory");
+	sv->t.ops = &sbvol_ops;
+	sv->t.size_bytes = inner->size_bytes;
+	sv->t.name = strdup(inner->name);
+	sv->mirror = mirror;
+	sv->nr = sb->nr_roles;
+	sv->events = sb->events;
+	for (unsigned int i = 0; i < SB_MAX_ROLES; i++)
+		sv->fds[i] = -1;
+	if (!sv->t.name) {
+		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (unsigned int i = 0; i < sv->nr && !r; i++)
+		if (v->state[i] == SB_ROLE_ACTIVE)
+			r = open_member(sv, i, paths[i], errbuf, errlen);
+	if (r)
+		goto fail;
+	if (mirror && v->degraded) {
+		uint8_t state[SB_MAX_ROLES];
+		char roles[512];
+		size_t at = 0;
+
+		roles[0] = '\0';
+		for (unsigned int i = 0; i < sv->nr && at < sizeof(roles); i++)
+			if (v->degraded >> i & 1)
+				at += (size_t)snprintf(
+					roles + at, sizeof(roles) - at,
+					"%srole %u (%s)", at ? ", " : "", i,
+					v->order[i] == SB_ROLE_NONE ?
+						"missing" :
+						"stale: it missed writes");
+		target_notice(TARGET_NOTICE_ERROR,
+			      "volume '%s': starting degraded, %s out of "
+			      "service until rebuilt",
+			      sb->name, roles);
+
+		for (unsigned int i = 0; i < sv->nr; i++)
+			state[i] = v->state[i] == SB_ROLE_ACTIVE ?
+					   MIRROR_ACTIVE :
+					   MIRROR_FAULTY;
+		r = sb_record(sv, state, sv->nr);
+		if (r) {
+			verr(errbuf, errlen, r,
+			      "volume '%s': recording the faulty members: %s",
+			      sb->name, strerror(-r));
+			goto fail;
+		}
+	}
+	if (mirror && !v->clean) {
+		r = resync(sv, v, paths, errbuf, errlen);
+		if (r)
+			goto fail;
+	}
+	r = sb_mark(sv, false);
+	if (r) {
+		verr(errbuf, errlen, r,
+		      "volume '%s': writing the superblocks: %s", sb->name,
+		      strerror(-r));
+		goto fail;
+	}
+	if (mirror) {
+		struct mirror_hooks h = { .record = sb_record,
+					  .bitmap_write = sb_bitmap_write,
+					  .sync = sb_sync,
+					  .arg = sv };
+
+		mirror_set_hooks(inner, &h);
+		if (sb->bitmap_shift) {
+			r = mirror_bitmap_enable(inner, sb->bitmap_shift);
+			if (r) {
+				verr(errbuf, errlen, r, "out of memory");
+				goto fail;
+			}
+		}
+	}
+	sv->inner = inner;
+	*out = &sv->t;
+	return 0;
+fail:
+	if (mirror)
+		mirror_set_hooks(inner, NULL);
+	for (unsigned int i = 0; i < SB_MAX_ROLES; i++)
+		if (sv->fds[i] >= 0)
+			close(sv->fds[i]);
+	free(sv->t.name);
+	free(sv);
+	return r;
+}
