@@ -111,12 +111,15 @@ struct sb_volume;
 
 /*
  * sbvol.c: stack the superblock keeper (clean flag, flock, role states,
- * bitmap, resync) on @inner, the stripe or mirror of volume @v; @paths by
- * role (only active roles are opened).  On success it owns @inner.
+ * bitmap, resync, spares) on @inner, the stripe or mirror of volume @v;
+ * @paths by role (only roles in service are opened); @spares checked
+ * already.  On success it owns @inner.
  */
 int sbvol_create(struct target **out, struct target *inner,
 		 const struct sb_volume *v, const char *const *paths,
-		 char *errbuf, size_t errlen);
+		 const char *const *spares, unsigned int nr_spares,
+		 const struct file_target_opts *fopts, char *errbuf,
+		 size_t errlen);
 
 /* ---- fileio.c: file I/O shared by the file target and the backends ---- */
 

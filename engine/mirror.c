@@ -32,66 +32,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include <bionbd/superblock.h>
 
-#define MIRROR_MAX_MEMBERS 64
-
-struct mirror_busy {
-	atomic_uint n; /* reads in flight on the member */
-	char pad[64 - sizeof(atomic_uint)];
-};
-
-/*
- * The write-intent bitmap, md's scheme: a region's bit is on disk before
- * any write to it starts, and comes off only when the region has had no
- * write for a while and the members were synced since.  A region goes
- * CLEAN -> DIRTY (bit written, under the lock) -> CLEARING (the daemon
- * claims an idle one) -> CLEAN (bit cleared on disk, under the lock); a
- * writer that finds it anything but DIRTY takes the lock and makes it
- * DIRTY again.  Writers count themselves in before they look at the state
- * and the daemon looks at the count after it claims: with sequentially
- * consistent atomics one of them sees the other.
- */
-enum { BM_CLEAN, BM_DIRTY, BM_CLEARING };
-
-#define BM_CLEAR_DELAY_S 5
-
-struct mirror_bitmap {
-	unsigned int shift;
-	uint32_t nr;
-	atomic_uint *inflight; /* writes in flight per region */
-	_Atomic uint8_t *state; /* BM_* per region */
-	atomic_bool *touched; /* written since the daemon last looked */
-	uint8_t *image; /* the bits on disk; under the lock */
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool stop;
-	/*
-	 * Started by the first write, not when the volume opens: nbdkit
-	 * opens volumes before it forks, and threads do not survive a fork.
-	 */
-	bool started;
-	pthread_t daemon;
-};
-
-struct mirror_target {
-	struct target t;
-	struct mirror_geom g;
-	bool iomap; /* every live member answers target_iomap() */
-	bool primary_reads; /* mirror_read_primary */
-	struct mirror_bitmap *bm;
-	atomic_bool failed; /* some data lost its last copy: no writes */
-	pthread_mutex_t lock; /* state changes, hooks */
-	struct mirror_hooks hooks;
-	_Atomic uint8_t state[MIRROR_MAX_MEMBERS];
-	struct mirror_busy busy[MIRROR_MAX_MEMBERS];
-	struct target *members[MIRROR_MAX_MEMBERS];
-};
-
-static inline struct mirror_target *to_mirror(struct target *t)
-{
-	return container_of(t, struct mirror_target, t);
-}
+#include "mirror.h"
 
 /* ---- geometry ---- */
 
@@ -143,20 +86,9 @@ bool mirror_covered(const struct mirror_geom *g, const uint8_t *state)
 	return true;
 }
 
-static bool raid1(const struct mirror_target *mt)
-{
-	return mt->g.copies == mt->g.nr_members;
-}
-
-static bool live(struct mirror_target *mt, unsigned int m)
-{
-	return atomic_load_explicit(&mt->state[m], memory_order_acquire) ==
-	       MIRROR_ACTIVE;
-}
-
 /* ---- faults ---- */
 
-static const char *op_name(enum req_op op)
+const char *mirror_op_name(enum req_op op)
 {
 	static const char *const names[] = { "read", "write", "flush",
 					     "discard", "cache",
@@ -170,7 +102,7 @@ static unsigned int nr_live(struct mirror_target *mt)
 	unsigned int n = 0;
 
 	for (unsigned int m = 0; m < mt->g.nr_members; m++)
-		n += live(mt, m);
+		n += mirror_live(mt, m);
 	return n;
 }
 
@@ -179,18 +111,20 @@ static unsigned int nr_live(struct mirror_target *mt)
  * hooks before this returns, so that the caller may then complete the I/O
  * the copy missed.  Refused (-EIO, and the volume fails) when the member
  * holds the last live copy of some data, or when no member could record
- * it.  0 when the member is (now or already) faulty.
+ * it.  0 when the member is (now or already) faulty.  A member being
+ * rebuilt holds no live copy yet: its rebuild just stops.
  */
-static int mirror_fail(struct mirror_target *mt, unsigned int m,
-		       enum req_op op, uint64_t member_offset, int err)
+int mirror_fail(struct mirror_target *mt, unsigned int m, struct target *t,
+		enum req_op op, uint64_t member_offset, int err)
 {
 	uint8_t state[MIRROR_MAX_MEMBERS];
+	bool rebuilding = mirror_state_of(mt, m) == MIRROR_REBUILDING;
 	int r = 0;
 
 	pthread_mutex_lock(&mt->lock);
-	if (!live(mt, m))
+	if (!mirror_writable(mt, m) || mt->members[m] != t)
 		goto out;
-	if (atomic_load(&mt->failed)) {
+	if (atomic_load(&mt->failed) && !rebuilding) {
 		r = -EIO;
 		goto out;
 	}
@@ -204,13 +138,14 @@ static int mirror_fail(struct mirror_target *mt, unsigned int m,
 			      "%s error at offset %" PRIu64 " (%s) and holds "
 			      "the last live copy of some data; writes fail "
 			      "with EIO from now on",
-			      mt->t.name, mt->members[m]->name, m, op_name(op),
-			      member_offset, strerror(-err));
+			      mt->t.name, mt->members[m]->name, m,
+			      mirror_op_name(op), member_offset, strerror(-err));
 		r = -EIO;
 		goto out;
 	}
 	if (mt->hooks.record) {
-		r = mt->hooks.record(mt->hooks.arg, state, mt->g.nr_members);
+		r = mt->hooks.record(mt->hooks.arg, state, mt->checkpoint,
+				     mt->g.nr_members);
 		if (r) {
 			atomic_store(&mt->failed, true);
 			target_notice(TARGET_NOTICE_ERROR,
@@ -228,232 +163,16 @@ static int mirror_fail(struct mirror_target *mt, unsigned int m,
 			      memory_order_release);
 	target_notice(TARGET_NOTICE_ERROR,
 		      "volume '%s': member %s (role %u) marked faulty after a "
-		      "%s error at offset %" PRIu64 " (%s); serving degraded "
+		      "%s error at offset %" PRIu64 " (%s)%s; serving degraded "
 		      "on %u of %u members",
-		      mt->t.name, mt->members[m]->name, m, op_name(op),
-		      member_offset, strerror(-err), nr_live(mt),
+		      mt->t.name, mt->members[m]->name, m, mirror_op_name(op),
+		      member_offset, strerror(-err),
+		      rebuilding ? ", its rebuild stopped" : "", nr_live(mt),
 		      mt->g.nr_members);
+	mirror_rebuild_kick(mt);
 out:
 	pthread_mutex_unlock(&mt->lock);
 	return r;
-}
-
-/* ---- write-intent bitmap ---- */
-
-static void bm_range(const struct mirror_bitmap *bm, struct bio *bio,
-		     uint32_t *r0, uint32_t *r1)
-{
-	uint64_t off = bio_offset_bytes(bio), len = bio->bi_iter.bi_size;
-
-	*r0 = (uint32_t)(off >> bm->shift);
-	*r1 = (uint32_t)((off + (len ? len - 1 : 0)) >> bm->shift);
-}
-
-static void *bm_daemon(void *arg);
-
-/*
- * Before a write to @bio's range: count it in, and make sure each region's
- * bit is on disk.  0, or -EIO when no member took the bitmap (the write
- * must not go out: nothing would say to resync it).
- */
-static int bm_start(struct mirror_target *mt, struct bio *bio)
-{
-	struct mirror_bitmap *bm = mt->bm;
-	bool slow = false, changed = false;
-	uint32_t r0, r1, r;
-	int err = 0;
-
-	bm_range(bm, bio, &r0, &r1);
-	for (r = r0; r <= r1; r++) {
-		atomic_fetch_add(&bm->inflight[r], 1);
-		atomic_store_explicit(&bm->touched[r], true,
-				      memory_order_relaxed);
-		if (atomic_load(&bm->state[r]) != BM_DIRTY)
-			slow = true;
-	}
-	if (!slow)
-		return 0;
-	pthread_mutex_lock(&bm->lock);
-	if (!bm->started && !pthread_create(&bm->daemon, NULL, bm_daemon, mt))
-		bm->started = true; /* else bits stay set: resync does more */
-	for (r = r0; r <= r1; r++) {
-		if (atomic_load(&bm->state[r]) == BM_DIRTY)
-			continue;
-		if (!(bm->image[r / 8] >> (r % 8) & 1)) {
-			bm->image[r / 8] |= (uint8_t)(1u << (r % 8));
-			changed = true;
-		}
-	}
-	if (changed && mt->hooks.bitmap_write)
-		err = mt->hooks.bitmap_write(mt->hooks.arg, bm->image, bm->nr);
-	if (!err)
-		for (r = r0; r <= r1; r++)
-			atomic_store(&bm->state[r], BM_DIRTY);
-	pthread_mutex_unlock(&bm->lock);
-	if (err) {
-		for (r = r0; r <= r1; r++)
-			atomic_fetch_sub(&bm->inflight[r], 1);
-		target_notice(TARGET_NOTICE_ERROR,
-			      "volume '%s': the write-intent bitmap could not "
-			      "be written (%s): the write fails",
-			      mt->t.name, strerror(-err));
-		return -EIO;
-	}
-	return 0;
-}
-
-static void bm_end(struct mirror_target *mt, struct bio *bio)
-{
-	uint32_t r0, r1;
-
-	bm_range(mt->bm, bio, &r0, &r1);
-	for (uint32_t r = r0; r <= r1; r++)
-		atomic_fetch_sub(&mt->bm->inflight[r], 1);
-}
-
-/* One pass of the daemon: clear the regions idle since the last pass. */
-static void bm_clear_idle(struct mirror_target *mt)
-{
-	struct mirror_bitmap *bm = mt->bm;
-	bool claimed = false, changed = false;
-
-	for (uint32_t r = 0; r < bm->nr; r++) {
-		uint8_t dirty = BM_DIRTY;
-
-		if (atomic_load(&bm->state[r]) != BM_DIRTY)
-			continue;
-		if (atomic_exchange(&bm->touched[r], false))
-			continue;
-		if (atomic_load(&bm->inflight[r]) ||
-		    !atomic_compare_exchange_strong(&bm->state[r], &dirty,
-						    BM_CLEARING))
-			continue;
-		if (atomic_load(&bm->inflight[r])) {
-			uint8_t clearing = BM_CLEARING;
-
-			atomic_compare_exchange_strong(&bm->state[r],
-						       &clearing, BM_DIRTY);
-			continue;
-		}
-		claimed = true;
-	}
-	if (!claimed)
-		return;
-	/* What the claimed regions had written must be on disk first. */
-	if (mt->hooks.sync && mt->hooks.sync(mt->hooks.arg)) {
-		for (uint32_t r = 0; r < bm->nr; r++) {
-			uint8_t clearing = BM_CLEARING;
-
-			atomic_compare_exchange_strong(&bm->state[r],
-						       &clearing, BM_DIRTY);
-		}
-		return;
-	}
-	pthread_mutex_lock(&bm->lock);
-	for (uint32_t r = 0; r < bm->nr; r++) {
-		uint8_t clearing = BM_CLEARING;
-
-		if (atomic_compare_exchange_strong(&bm->state[r], &clearing,
-						   BM_CLEAN)) {
-			bm->image[r / 8] &= (uint8_t)~(1u << (r % 8));
-			changed = true;
-		}
-	}
-	/* A failed write leaves bits set on disk: the safe side. */
-	if (changed && mt->hooks.bitmap_write)
-		(void)mt->hooks.bitmap_write(mt->hooks.arg, bm->image, bm->nr);
-	pthread_mutex_unlock(&bm->lock);
-}
-
-static void *bm_daemon(void *arg)
-{
-	struct mirror_target *mt = arg;
-	struct mirror_bitmap *bm = mt->bm;
-	struct timespec ts;
-
-	pthread_mutex_lock(&bm->lock);
-	while (!bm->stop) {
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += BM_CLEAR_DELAY_S;
-		pthread_cond_timedwait(&bm->cond, &bm->lock, &ts);
-		if (bm->stop)
-			break;
-		pthread_mutex_unlock(&bm->lock);
-		bm_clear_idle(mt);
-		pthread_mutex_lock(&bm->lock);
-	}
-	pthread_mutex_unlock(&bm->lock);
-	return NULL;
-}
-
-static void bm_free(struct mirror_bitmap *bm)
-{
-	if (!bm)
-		return;
-	free(bm->inflight);
-	free(bm->state);
-	free(bm->touched);
-	free(bm->image);
-	pthread_cond_destroy(&bm->cond);
-	pthread_mutex_destroy(&bm->lock);
-	free(bm);
-}
-
-int mirror_bitmap_enable(struct target *t, unsigned int shift)
-{
-	struct mirror_target *mt = to_mirror(t);
-	struct mirror_bitmap *bm;
-	pthread_condattr_t ca;
-	uint64_t nr;
-
-	if (mt->bm || shift < 9 || shift > 62)
-		return -EINVAL;
-	nr = ((t->size_bytes - 1) >> shift) + 1;
-	if (nr > (1u << 24))
-		return -EINVAL;
-	bm = calloc(1, sizeof(*bm));
-	if (!bm)
-		return -ENOMEM;
-	bm->shift = shift;
-	bm->nr = (uint32_t)nr;
-	bm->inflight = calloc(nr, sizeof(*bm->inflight));
-	bm->state = calloc(nr, sizeof(*bm->state));
-	bm->touched = calloc(nr, sizeof(*bm->touched));
-	bm->image = calloc((nr + 7) / 8, 1);
-	pthread_mutex_init(&bm->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&bm->cond, &ca);
-	pthread_condattr_destroy(&ca);
-	if (!bm->inflight || !bm->state || !bm->touched || !bm->image)
-		goto nomem;
-	/* calloc: every region starts clean, as resync left it. */
-	mt->bm = bm;
-	return 0;
-nomem:
-	bm_free(bm);
-	return -ENOMEM;
-}
-
-static void bm_stop(struct mirror_target *mt)
-{
-	struct mirror_bitmap *bm = mt->bm;
-
-	if (!bm)
-		return;
-	pthread_mutex_lock(&bm->lock);
-	bm->stop = true;
-	pthread_cond_signal(&bm->cond);
-	pthread_mutex_unlock(&bm->lock);
-	if (bm->started)
-		pthread_join(bm->daemon, NULL);
-	mt->bm = NULL;
-	bm_free(bm);
-}
-
-void mirror_read_primary(struct target *t)
-{
-	to_mirror(t)->primary_reads = true;
 }
 
 /* ---- one piece's copies ---- */
@@ -461,6 +180,7 @@ void mirror_read_primary(struct target *t)
 struct mirror_leg {
 	struct mirror_io *io;
 	unsigned int member;
+	struct target *target; /* the member's target it went to */
 	sector_t sector; /* where on the member */
 	uint32_t size;
 	int err;
@@ -473,6 +193,7 @@ struct mirror_io {
 	unsigned int ok;
 	int err; /* reads: the last copy's error */
 	uint64_t tried; /* reads: members tried */
+	struct target *cur; /* reads: the target of the copy in flight */
 	unsigned int nr_legs;
 	struct mirror_leg legs[];
 };
@@ -519,7 +240,8 @@ static int leg_submit(struct mirror_leg *l, unsigned int opf)
 	clone->bi_private = l;
 	clone->bi_end_io = write_leg_endio;
 	io->pending++;
-	submit_bio(io->mt->members[l->member], clone);
+	l->target = io->mt->members[l->member];
+	submit_bio(l->target, clone);
 	return 0;
 }
 
@@ -570,7 +292,7 @@ static void write_done(struct mirror_io *io)
 		/* Nothing took it: the copies agree that it failed. */
 		if (!io->ok)
 			continue;
-		r = mirror_fail(mt, l->member, bio_op(bio),
+		r = mirror_fail(mt, l->member, l->target, bio_op(bio),
 				(uint64_t)l->sector << SECTOR_SHIFT, l->err);
 		if (r) {
 			io->ok = 0; /* mirror_fail said why */
@@ -582,12 +304,12 @@ static void write_done(struct mirror_io *io)
 		target_notice(TARGET_NOTICE_ERROR,
 			      "volume '%s': %s at offset %" PRIu64 " length %u "
 			      "failed on every live copy (%s)",
-			      mt->t.name, op_name(bio_op(bio)),
+			      mt->t.name, mirror_op_name(bio_op(bio)),
 			      bio_offset_bytes(bio), bio->bi_iter.bi_size,
 			      strerror(-r));
 	free(io);
-	if (mt->bm && bio_op(bio) != REQ_OP_FLUSH)
-		bm_end(mt, bio);
+	if (bio_op(bio) != REQ_OP_FLUSH)
+		mirror_regions_end(mt, bio);
 	if (r)
 		bio_io_error(bio, r);
 	else
@@ -636,15 +358,15 @@ static struct mirror_io *write_legs(struct mirror_target *mt, struct bio *bio)
 		return NULL;
 	if (bio_op(bio) == REQ_OP_FLUSH) {
 		for (m = 0; m < g->nr_members; m++)
-			if (live(mt, m))
+			if (mirror_writable(mt, m))
 				leg_add(io, m, 0, 0);
 		return io;
 	}
-	if (raid1(mt) || (off >> g->chunk_shift) ==
+	if (mirror_raid1(mt) || (off >> g->chunk_shift) ==
 				 ((off + len - 1) >> g->chunk_shift)) {
 		for (unsigned int j = 0; j < g->copies; j++) {
 			mirror_map(g, off, j, &m, &moff);
-			if (live(mt, m))
+			if (mirror_writable(mt, m))
 				leg_add(io, m, moff, len);
 		}
 		return io;
@@ -658,7 +380,7 @@ static struct mirror_io *write_legs(struct mirror_target *mt, struct bio *bio)
 		uint64_t mstart, mlen;
 
 		for (m = 0; m < g->nr_members; m++)
-			if (live(mt, m) && stripe_member_range(&sg, m, pstart,
+			if (mirror_writable(mt, m) && stripe_member_range(&sg, m, pstart,
 							       plen, &mstart,
 							       &mlen))
 				leg_add(io, m, mstart, mlen);
@@ -670,27 +392,29 @@ static void write_piece(struct mirror_target *mt, struct bio *bio)
 {
 	struct mirror_io *io;
 
+	bool ranged = bio_op(bio) != REQ_OP_FLUSH;
+	int err = -ENOMEM;
+
 	if (atomic_load_explicit(&mt->failed, memory_order_relaxed)) {
 		bio_io_error(bio, -EIO);
 		return;
 	}
+	/* Counted in before the copies are chosen (mirror.h, regions). */
+	if (ranged)
+		mirror_regions_start(mt, bio);
 	io = write_legs(mt, bio);
-	if (!io) {
-		bio_io_error(bio, -ENOMEM);
-		return;
-	}
-	if (!io->nr_legs) {
-		/* Every copy of this data is faulty: nowhere to write it. */
-		free(io);
-		bio_io_error(bio, -EIO);
-		return;
-	}
-	if (mt->bm && bio_op(bio) != REQ_OP_FLUSH && bm_start(mt, bio)) {
-		free(io);
-		bio_io_error(bio, -EIO);
-		return;
-	}
+	if (!io)
+		goto fail;
+	err = -EIO; /* no copy of this data left to write, or no bitmap */
+	if (!io->nr_legs || (mt->bm && ranged && mirror_bitmap_dirty(mt, bio)))
+		goto fail;
 	write_start(io);
+	return;
+fail:
+	free(io);
+	if (ranged)
+		mirror_regions_end(mt, bio);
+	bio_io_error(bio, err);
 }
 
 /* ---- reads ---- */
@@ -727,7 +451,7 @@ static void read_endio(struct bio *clone)
 	}
 	io->err = err;
 	if (err != -ENOMEM)
-		(void)mirror_fail(mt, m, REQ_OP_READ, moff, err);
+		(void)mirror_fail(mt, m, io->cur, REQ_OP_READ, moff, err);
 	read_next(io);
 }
 
@@ -750,7 +474,7 @@ static void read_next(struct mirror_io *io)
 		unsigned int j = (start + i) % g->copies, b;
 
 		mirror_map(g, off, j, &m, &moff);
-		if ((io->tried >> m & 1) || !live(mt, m))
+		if ((io->tried >> m & 1) || !mirror_live(mt, m))
 			continue;
 		if (mt->primary_reads) {
 			best = m;
@@ -783,7 +507,8 @@ static void read_next(struct mirror_io *io)
 	clone->bi_private = io;
 	clone->bi_end_io = read_endio;
 	atomic_fetch_add_explicit(&mt->busy[best].n, 1, memory_order_relaxed);
-	submit_bio(mt->members[best], clone);
+	io->cur = mt->members[best];
+	submit_bio(io->cur, clone);
 }
 
 static void read_piece(struct mirror_target *mt, struct bio *bio)
@@ -874,7 +599,7 @@ static void mirror_submit(struct target *t, struct bio *bio)
 	case REQ_OP_DISCARD:
 	case REQ_OP_WRITE_ZEROES:
 	case REQ_OP_CACHE:
-		if (raid1(mt) || bio_op(bio) == REQ_OP_CACHE)
+		if (mirror_raid1(mt) || bio_op(bio) == REQ_OP_CACHE)
 			mirror_piece(mt, bio);
 		else
 			mirror_ranged(mt, bio);
@@ -882,7 +607,7 @@ static void mirror_submit(struct target *t, struct bio *bio)
 	default:
 		break;
 	}
-	if (raid1(mt)) {
+	if (mirror_raid1(mt)) {
 		mirror_piece(mt, bio);
 		return;
 	}
@@ -919,12 +644,12 @@ static int mirror_iomap(struct target *t, uint64_t off, uint64_t len,
 
 	if (!mt->iomap)
 		return -EOPNOTSUPP;
-	if (!raid1(mt) && len > left)
+	if (!mirror_raid1(mt) && len > left)
 		len = left;
 	for (unsigned int i = 0; i < mt->g.copies; i++) {
 		mirror_map(&mt->g, off, (start + i) % mt->g.copies, &member,
 			   &moff);
-		if (live(mt, member))
+		if (mirror_live(mt, member))
 			return target_iomap(mt->members[member], moff, len,
 					    flags, m);
 	}
@@ -935,9 +660,14 @@ static void mirror_destroy(struct target *t)
 {
 	struct mirror_target *mt = to_mirror(t);
 
-	bm_stop(mt);
+	mirror_rebuild_stop(mt);
+	mirror_bitmap_stop(mt);
 	for (unsigned int i = 0; i < mt->g.nr_members; i++)
 		target_destroy(mt->members[i]);
+	for (unsigned int i = 0; i < mt->nr_retired; i++)
+		target_destroy(mt->retired[i]);
+	mirror_regions_free(&mt->reg);
+	pthread_cond_destroy(&mt->rb.cond);
 	pthread_mutex_destroy(&mt->lock);
 	free(mt->t.name);
 	free(mt);
@@ -947,19 +677,21 @@ static const struct target_ops mirror_target_ops = {
 	.submit = mirror_submit,
 	.destroy = mirror_destroy,
 	.iomap = mirror_iomap,
+	.start = mirror_rebuild_start,
 };
 
 int mirror_target_create(struct target **out, struct target **members,
-			 const uint8_t *state, unsigned int nr,
-			 unsigned int copies, uint64_t chunk_bytes,
-			 uint64_t size_bytes, uint64_t data_offset,
-			 const char *name)
+			 const uint8_t *state, const uint64_t *checkpoint,
+			 unsigned int nr, unsigned int copies,
+			 uint64_t chunk_bytes, uint64_t size_bytes,
+			 uint64_t data_offset, const char *name)
 {
 	struct mirror_target *mt;
 	struct mirror_geom g;
 	struct target_iomap map;
 	uint64_t need;
 	bool iomap = true;
+	int r;
 
 	/* Positions (offset x K) must fit in 64 bits: see write_legs. */
 	if (mirror_geom_init(&g, nr, copies, chunk_bytes) ||
@@ -970,8 +702,10 @@ int mirror_target_create(struct target **out, struct target **members,
 		return -EINVAL;
 	g.data_offset = data_offset;
 	for (unsigned int i = 0; i < nr; i++) {
-		if (state[i] == MIRROR_ACTIVE &&
-		    (!members[i] || members[i]->size_bytes < need))
+		bool in_use = state[i] == MIRROR_ACTIVE ||
+			      state[i] == MIRROR_REBUILDING;
+
+		if (in_use && (!members[i] || members[i]->size_bytes < need))
 			return -EINVAL;
 		if (state[i] == MIRROR_ACTIVE &&
 		    target_iomap(members[i], 0, 1, 0, &map))
@@ -983,11 +717,16 @@ int mirror_target_create(struct target **out, struct target **members,
 	if (!mt)
 		return -ENOMEM;
 	mt->t.name = strdup(name && *name ? name : "mirror");
-	if (!mt->t.name) {
+	r = mt->t.name ? mirror_regions_init(&mt->reg, size_bytes,
+					     sb_bitmap_shift(size_bytes)) :
+			 -ENOMEM;
+	if (r) {
+		free(mt->t.name);
 		free(mt);
-		return -ENOMEM;
+		return r;
 	}
 	pthread_mutex_init(&mt->lock, NULL);
+	pthread_cond_init(&mt->rb.cond, NULL);
 	mt->t.ops = &mirror_target_ops;
 	mt->t.size_bytes = size_bytes;
 	mt->g = g;
@@ -996,6 +735,8 @@ int mirror_target_create(struct target **out, struct target **members,
 		atomic_init(&mt->state[i], state[i]);
 		atomic_init(&mt->busy[i].n, 0);
 		mt->members[i] = members[i];
+		if (state[i] == MIRROR_REBUILDING && checkpoint)
+			mt->checkpoint[i] = checkpoint[i];
 	}
 	*out = &mt->t;
 	return 0;
@@ -1010,6 +751,22 @@ void mirror_set_hooks(struct target *t, const struct mirror_hooks *hooks)
 		mt->hooks = *hooks;
 	else
 		memset(&mt->hooks, 0, sizeof(mt->hooks));
+	pthread_mutex_unlock(&mt->lock);
+}
+
+void mirror_read_primary(struct target *t)
+{
+	to_mirror(t)->primary_reads = true;
+}
+
+void mirror_set_checkpoint(struct target *t, unsigned int m,
+			   uint64_t checkpoint)
+{
+	struct mirror_target *mt = to_mirror(t);
+
+	pthread_mutex_lock(&mt->lock);
+	if (m < mt->g.nr_members && checkpoint < mt->checkpoint[m])
+		mt->checkpoint[m] = checkpoint;
 	pthread_mutex_unlock(&mt->lock);
 }
 

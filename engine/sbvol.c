@@ -40,6 +40,11 @@ struct sbvol {
 	unsigned int nr;
 	uint64_t events; /* the superblocks' event counter */
 	int fds[SB_MAX_ROLES]; /* by role; -1: not in service */
+	/* Spares not taken yet (fd -1 once taken or found unusable). */
+	unsigned int nr_spares;
+	char *spare_path[SB_MAX_ROLES];
+	int spare_fd[SB_MAX_ROLES];
+	struct file_target_opts fopts; /* for a spare's target */
 };
 
 static void sbvol_submit(struct target *t, struct bio *bio)
@@ -110,6 +115,7 @@ static int sb_mark(struct sbvol *sv, bool clean)
 
 struct state_edit {
 	const uint8_t *state;
+	const uint64_t *checkpoint;
 	unsigned int nr;
 	uint64_t events;
 };
@@ -118,34 +124,73 @@ static void edit_states(struct superblock *sb, void *arg)
 {
 	const struct state_edit *se = arg;
 
-	for (unsigned int k = 0; k < se->nr && k < sb->nr_roles; k++)
-		if (sb->roles[k].state == SB_ROLE_ACTIVE ||
-		    sb->roles[k].state == SB_ROLE_FAULTY)
-			sb->roles[k].state = se->state[k] == MIRROR_ACTIVE ?
-						     SB_ROLE_ACTIVE :
-						     SB_ROLE_FAULTY;
+	for (unsigned int k = 0; k < se->nr && k < sb->nr_roles; k++) {
+		struct sb_role *r = &sb->roles[k];
+
+		r->state = se->state[k] == MIRROR_ACTIVE ? SB_ROLE_ACTIVE :
+			   se->state[k] == MIRROR_REBUILDING ?
+							   SB_ROLE_REBUILDING :
+							   SB_ROLE_FAULTY;
+		r->checkpoint = r->state == SB_ROLE_REBUILDING ?
+					se->checkpoint[k] :
+					0;
+	}
 	sb->events = se->events;
 }
 
 /*
- * The role table @state goes to every member still active, with the
- * event counter one up; members no longer active are closed (they are
+ * The role table @state goes to every member still in service, with the
+ * event counter one up; members out of service are closed (they are
  * never written again).  Runs under the mirror's lock.
  */
-static int sb_record(void *arg, const uint8_t *state, unsigned int nr)
+static int sb_record(void *arg, const uint8_t *state,
+		     const uint64_t *checkpoint, unsigned int nr)
 {
 	struct sbvol *sv = arg;
-	struct state_edit se = { .state = state, .nr = nr,
-				 .events = ++sv->events };
+	struct state_edit se = { .state = state, .checkpoint = checkpoint,
+				 .nr = nr, .events = ++sv->events };
 	int err;
 
 	for (unsigned int i = 0; i < nr && i < sv->nr; i++) {
-		if (state[i] != MIRROR_ACTIVE && sv->fds[i] >= 0) {
+		if (state[i] == MIRROR_FAULTY && sv->fds[i] >= 0) {
 			close(sv->fds[i]);
 			sv->fds[i] = -1;
 		}
 	}
 	if (sb_rewrite(sv, edit_states, &se, &err))
+		return 0;
+	return err ? err : -EIO;
+}
+
+struct role_edit {
+	unsigned int role;
+	uint8_t uuid[16]; /* all zero: keep */
+	uint64_t checkpoint;
+	uint64_t events; /* 0: keep */
+};
+
+static void edit_role(struct superblock *sb, void *arg)
+{
+	const struct role_edit *re = arg;
+	static const uint8_t keep[16];
+
+	if (memcmp(re->uuid, keep, 16)) {
+		memcpy(sb->roles[re->role].uuid, re->uuid, 16);
+		sb->roles[re->role].state = SB_ROLE_REBUILDING;
+	}
+	sb->roles[re->role].checkpoint = re->checkpoint;
+	if (re->events)
+		sb->events = re->events;
+}
+
+/* A rebuild's checkpoint: not a change of roles, the counter stays. */
+static int sb_progress(void *arg, unsigned int m, uint64_t checkpoint)
+{
+	struct sbvol *sv = arg;
+	struct role_edit re = { .role = m, .checkpoint = checkpoint };
+	int err;
+
+	if (sb_rewrite(sv, edit_role, &re, &err))
 		return 0;
 	return err ? err : -EIO;
 }
@@ -229,6 +274,93 @@ static int sb_sync(void *arg)
 	return r;
 }
 
+/* ---- spares ---- */
+
+/* The clean bitmap and the superblock of a spare taking over @role. */
+static int spare_write(struct sbvol *sv, int fd, unsigned int role,
+		       const uint8_t uuid[16])
+{
+	static const uint8_t none[SB_BITMAP_BYTES];
+	uint8_t block[SB_BITMAP_BYTES];
+	struct superblock sb;
+	char why[256];
+	int r = -EIO;
+
+	/* A member in service has the role table the spare must carry. */
+	for (unsigned int i = 0; i < sv->nr && r; i++)
+		if (sv->fds[i] >= 0)
+			r = sb_read(sv->fds[i], &sb, why, sizeof(why));
+	if (r)
+		return r;
+	sb.role = role;
+	memcpy(sb.member_uuid, uuid, 16);
+	sb.utime = (uint64_t)time(NULL);
+	if (sb.bitmap_shift) {
+		sb_bitmap_encode(none,
+				 (uint32_t)(((sb.size_bytes - 1) >>
+					     sb.bitmap_shift) + 1),
+				 block);
+		r = write_full(fd, block, sizeof(block), SB_BITMAP_OFFSET);
+		if (r)
+			return r;
+	}
+	return sb_write(fd, &sb);
+}
+
+/*
+ * The mirror's spare hook: the next spare takes over @role, in the order
+ * of docs/format.md ("Rebuild"): the role table of the members in service
+ * first (so that a crash in between leaves the role with a member nobody
+ * holds, i.e. faulty), then the spare's own superblock.
+ */
+static int sb_spare(void *arg, unsigned int role, struct target **out)
+{
+	struct sbvol *sv = arg;
+
+	for (unsigned int i = 0; i < sv->nr_spares; i++) {
+		struct role_edit re = { .role = role };
+		struct target *t = NULL;
+		int fd = sv->spare_fd[i], r;
+
+		if (fd < 0)
+			continue;
+		sv->spare_fd[i] = -1; /* tried: whatever happens, once */
+		r = file_target_open(&t, sv->spare_path[i], &sv->fopts);
+		if (!r)
+			r = sb_uuid_generate(re.uuid);
+		if (!r) {
+			re.events = ++sv->events;
+			if (!sb_rewrite(sv, edit_role, &re, &r))
+				r = r ? r : -EIO;
+			else
+				r = spare_write(sv, fd, role, re.uuid);
+		}
+		if (r) {
+			target_notice(TARGET_NOTICE_ERROR,
+				      "volume '%s': spare %s cannot take over "
+				      "role %u: %s",
+				      sv->t.name, sv->spare_path[i], role,
+				      strerror(-r));
+			target_destroy(t);
+			close(fd);
+			continue;
+		}
+		if (sv->fds[role] >= 0)
+			close(sv->fds[role]);
+		sv->fds[role] = fd;
+		target_notice(TARGET_NOTICE_INFO,
+			      "volume '%s': spare %s takes over role %u",
+			      sv->t.name, sv->spare_path[i], role);
+		*out = t;
+		return 0;
+	}
+	target_notice(TARGET_NOTICE_ERROR,
+		      "volume '%s': no spare left for role %u: serving "
+		      "degraded until a member is rebuilt (bioctl rebuild)",
+		      sv->t.name, role);
+	return -ENOENT;
+}
+
 /* ---- resync ---- */
 
 static double now_s(void)
@@ -305,8 +437,14 @@ static int resync_piece(struct sbvol *sv, const struct mirror_geom *g,
 
 #define RESYNC_STEP (1u << 20)
 
+/*
+ * @first_dirty: the volume offset of the first region that may differ (0
+ * without a valid bitmap; the size when none), where a rebuild that was
+ * going on must go back to.
+ */
 static int resync(struct sbvol *sv, const struct sb_volume *v,
-		  const char *const *paths, char *errbuf, size_t errlen)
+		  const char *const *paths, uint64_t *first_dirty,
+		  char *errbuf, size_t errlen)
 {
 	const struct superblock *sb = &v->sb;
 	uint32_t nr = sb->bitmap_shift ?
@@ -325,6 +463,12 @@ static int resync(struct sbvol *sv, const struct sb_volume *v,
 	int r = 0;
 
 	bitmap = sb->bitmap_shift && dirty_regions(sv, nr, dirty);
+	*first_dirty = bitmap ? sb->size_bytes : 0;
+	for (uint32_t reg = 0; bitmap && reg < nr; reg++)
+		if (dirty[reg / 8] >> (reg % 8) & 1) {
+			*first_dirty = (uint64_t)reg << shift;
+			break;
+		}
 	if (mirror_geom_init(&g, sb->nr_roles, sb->copies, sb->chunk_bytes))
 		return verr(errbuf, errlen, -EINVAL, "bad mirror geometry");
 	g.data_offset = sb->data_offset;
@@ -380,6 +524,20 @@ out:
 
 /* ---- life cycle ---- */
 
+static void sbvol_free(struct sbvol *sv)
+{
+	for (unsigned int i = 0; i < SB_MAX_ROLES; i++)
+		if (sv->fds[i] >= 0)
+			close(sv->fds[i]);
+	for (unsigned int i = 0; i < sv->nr_spares; i++) {
+		if (sv->spare_fd[i] >= 0)
+			close(sv->spare_fd[i]);
+		free(sv->spare_path[i]);
+	}
+	free(sv->t.name);
+	free(sv);
+}
+
 static void sbvol_destroy(struct target *t)
 {
 	struct sbvol *sv = container_of(t, struct sbvol, t);
@@ -408,46 +566,52 @@ static void sbvol_destroy(struct target *t)
 			}
 	}
 	(void)sb_mark(sv, true);
-	for (unsigned int i = 0; i < sv->nr; i++)
-		if (sv->fds[i] >= 0)
-			close(sv->fds[i]);
-	free(sv->t.name);
-	free(sv);
+	sbvol_free(sv);
+}
+
+static void sbvol_start(struct target *t)
+{
+	target_start(container_of(t, struct sbvol, t)->inner);
 }
 
 static const struct target_ops sbvol_ops = {
 	.submit = sbvol_submit,
 	.destroy = sbvol_destroy,
 	.iomap = sbvol_iomap,
+	.start = sbvol_start,
 };
 
-static int open_member(struct sbvol *sv, unsigned int role, const char *path,
+/* Open @path for writing with an exclusive flock: one writer a volume. */
+static int open_locked(const char *what, const char *path, int *fdp,
 		       char *errbuf, size_t errlen)
 {
 	int fd = open(path, O_RDWR | O_CLOEXEC);
 
 	if (fd < 0)
-		return verr(errbuf, errlen, -errno, "member %s: %s", path,
-			     strerror(errno));
-	sv->fds[role] = fd;
+		return verr(errbuf, errlen, -errno, "%s %s: %s", what, path,
+			    strerror(errno));
+	*fdp = fd;
 	if (!flock(fd, LOCK_EX | LOCK_NB))
 		return 0;
 	if (errno == EWOULDBLOCK)
 		return verr(errbuf, errlen, -EBUSY,
-			     "member %s: in use by another process (a server "
-			     "or bioctl has the volume open)",
-			     path);
-	return verr(errbuf, errlen, -errno, "member %s: flock: %s", path,
-		     strerror(errno));
+			    "%s %s: in use by another process (a server or "
+			    "bioctl has the volume open)",
+			    what, path);
+	return verr(errbuf, errlen, -errno, "%s %s: flock: %s", what, path,
+		    strerror(errno));
 }
 
 int sbvol_create(struct target **out, struct target *inner,
 		 const struct sb_volume *v, const char *const *paths,
-		 char *errbuf, size_t errlen)
+		 const char *const *spares, unsigned int nr_spares,
+		 const struct file_target_opts *fopts, char *errbuf,
+		 size_t errlen)
 {
 	const struct superblock *sb = &v->sb;
 	bool mirror = sb_redundant(sb->level);
 	struct sbvol *sv = calloc(1, sizeof(*sv));
+	uint64_t first_dirty = 0;
 	int r = 0;
 
 	if (!sv)
@@ -458,19 +622,30 @@ int sbvol_create(struct target **out, struct target *inner,
 	sv->mirror = mirror;
 	sv->nr = sb->nr_roles;
 	sv->events = sb->events;
+	sv->fopts = *fopts;
 	for (unsigned int i = 0; i < SB_MAX_ROLES; i++)
-		sv->fds[i] = -1;
+		sv->fds[i] = sv->spare_fd[i] = -1;
 	if (!sv->t.name) {
 		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
 		goto fail;
 	}
 	for (unsigned int i = 0; i < sv->nr && !r; i++)
-		if (v->state[i] == SB_ROLE_ACTIVE)
-			r = open_member(sv, i, paths[i], errbuf, errlen);
+		if (v->state[i] == SB_ROLE_ACTIVE ||
+		    v->state[i] == SB_ROLE_REBUILDING)
+			r = open_locked("member", paths[i], &sv->fds[i], errbuf,
+					errlen);
+	for (unsigned int i = 0; i < nr_spares && !r; i++, sv->nr_spares++) {
+		sv->spare_path[i] = strdup(spares[i]);
+		r = sv->spare_path[i] ?
+			    open_locked("spare", spares[i], &sv->spare_fd[i],
+					errbuf, errlen) :
+			    verr(errbuf, errlen, -ENOMEM, "out of memory");
+	}
 	if (r)
 		goto fail;
 	if (mirror && v->degraded) {
 		uint8_t state[SB_MAX_ROLES];
+		uint64_t cp[SB_MAX_ROLES];
 		char roles[512];
 		size_t at = 0;
 
@@ -486,34 +661,49 @@ int sbvol_create(struct target **out, struct target *inner,
 		target_notice(TARGET_NOTICE_ERROR,
 			      "volume '%s': starting degraded, %s out of "
 			      "service until rebuilt",
-			      sb->name, roles);
-
-		for (unsigned int i = 0; i < sv->nr; i++)
+			      inner->name, roles);
+		for (unsigned int i = 0; i < sv->nr; i++) {
 			state[i] = v->state[i] == SB_ROLE_ACTIVE ?
 					   MIRROR_ACTIVE :
+				   v->state[i] == SB_ROLE_REBUILDING ?
+					   MIRROR_REBUILDING :
 					   MIRROR_FAULTY;
-		r = sb_record(sv, state, sv->nr);
+			cp[i] = sb->roles[i].checkpoint;
+		}
+		r = sb_record(sv, state, cp, sv->nr);
 		if (r) {
 			verr(errbuf, errlen, r,
-			      "volume '%s': recording the faulty members: %s",
-			      sb->name, strerror(-r));
+			     "volume '%s': recording the faulty members: %s",
+			     inner->name, strerror(-r));
 			goto fail;
 		}
 	}
 	if (mirror && !v->clean) {
-		r = resync(sv, v, paths, errbuf, errlen);
+		r = resync(sv, v, paths, &first_dirty, errbuf, errlen);
 		if (r)
 			goto fail;
+		/* Writes in flight there may have missed a rebuilding one. */
+		for (unsigned int i = 0; i < sv->nr; i++) {
+			uint64_t chunk = first_dirty / sb->chunk_bytes;
+
+			if (v->state[i] == SB_ROLE_REBUILDING)
+				mirror_set_checkpoint(
+					inner, i,
+					chunk * sb->copies / sb->nr_roles *
+						sb->chunk_bytes);
+		}
 	}
 	r = sb_mark(sv, false);
 	if (r) {
 		verr(errbuf, errlen, r,
-		      "volume '%s': writing the superblocks: %s", sb->name,
-		      strerror(-r));
+		     "volume '%s': writing the superblocks: %s", inner->name,
+		     strerror(-r));
 		goto fail;
 	}
 	if (mirror) {
 		struct mirror_hooks h = { .record = sb_record,
+					  .progress = sb_progress,
+					  .spare = nr_spares ? sb_spare : NULL,
 					  .bitmap_write = sb_bitmap_write,
 					  .sync = sb_sync,
 					  .arg = sv };
@@ -533,10 +723,6 @@ int sbvol_create(struct target **out, struct target *inner,
 fail:
 	if (mirror)
 		mirror_set_hooks(inner, NULL);
-	for (unsigned int i = 0; i < SB_MAX_ROLES; i++)
-		if (sv->fds[i] >= 0)
-			close(sv->fds[i]);
-	free(sv->t.name);
-	free(sv);
+	sbvol_free(sv);
 	return r;
 }

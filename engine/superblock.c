@@ -635,6 +635,10 @@ int sb_assemble(const char *const *paths, unsigned int n,
 		out->state[role] = active && !(out->degraded >> role & 1) ?
 					   SB_ROLE_ACTIVE :
 					   SB_ROLE_FAULTY;
+		/* A rebuild goes on where it was, with its member. */
+		if (out->sb.roles[role].state == SB_ROLE_REBUILDING &&
+		    i != none && sbs[i].events == out->sb.events)
+			out->state[role] = SB_ROLE_REBUILDING;
 		if (out->state[role] == SB_ROLE_ACTIVE &&
 		    !(sbs[i].flags & SB_FLAG_CLEAN))
 			out->clean = false;

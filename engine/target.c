@@ -144,6 +144,12 @@ int target_iomap(struct target *t, uint64_t off, uint64_t len,
 	return t->ops->iomap(t, off, len, flags, m);
 }
 
+void target_start(struct target *t)
+{
+	if (t && t->ops->start)
+		t->ops->start(t);
+}
+
 void target_destroy(struct target *t)
 {
 	if (t)

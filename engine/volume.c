@@ -513,8 +513,109 @@ static bool member_in_service(const struct sb_volume *v, unsigned int i)
 {
 	for (unsigned int role = 0; role < v->sb.nr_roles; role++)
 		if (v->order[role] == i)
-			return v->state[role] == SB_ROLE_ACTIVE;
+			return v->state[role] != SB_ROLE_FAULTY;
 	return false;
+}
+
+/*
+ * A mirror's spare: an existing file or block device, large enough, not a
+ * member nor another spare, holding no superblock (its contents will be
+ * overwritten: refusing a superblock is what keeps a member of this or
+ * another volume from being taken by mistake).
+ */
+static int check_spare(const struct volume_config *cfg, unsigned int i,
+		       const struct sb_volume *v, const struct member_check *m,
+		       struct member_id *ids, char *errbuf, size_t errlen)
+{
+	const char *path = cfg->spares[i], *why;
+	struct superblock sb;
+	uint64_t bytes = 0;
+	char reason[200];
+	int fd, r;
+
+	if (!v->nr || !sb_redundant(v->sb.level))
+		return verr(errbuf, errlen, -EINVAL,
+			    "spare %s: only a raid1 or raid10 volume has "
+			    "spares (bioctl create --level raid1 ...)",
+			    path);
+	r = member_identify(path, &ids[i]);
+	if (!r && !ids[i].exists)
+		r = -ENOENT;
+	if (r)
+		return verr(errbuf, errlen, r, "spare %s: %s", path,
+			    strerror(-r));
+	for (unsigned int j = 0; j < cfg->nr_members + i; j++) {
+		const struct member_id *o = j < cfg->nr_members ?
+						    &m[j].id :
+						    &ids[j - cfg->nr_members];
+
+		if (!o->canon)
+			continue;
+		why = member_overlap(&ids[i], o);
+		if (why)
+			return verr(errbuf, errlen, -EINVAL,
+				    "spare %s: the same storage as %s %s (%s)",
+				    path,
+				    j < cfg->nr_members ? "member" : "spare",
+				    j < cfg->nr_members ?
+					    cfg->members[j] :
+					    cfg->spares[j - cfg->nr_members],
+				    why);
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return verr(errbuf, errlen, -errno, "spare %s: %s", path,
+			    strerror(errno));
+	r = sb_read(fd, &sb, reason, sizeof(reason));
+	if (S_ISBLK(ids[i].st.st_mode))
+		(void)ioctl(fd, BLKGETSIZE64, &bytes);
+	else
+		bytes = (uint64_t)ids[i].st.st_size;
+	close(fd);
+	if (!r && !memcmp(sb.volume_uuid, v->sb.volume_uuid, 16))
+		return verr(errbuf, errlen, -EINVAL,
+			    "spare %s: already role %u of volume '%s': give it "
+			    "as a member",
+			    path, sb.role, v->sb.name);
+	if (!r)
+		return verr(errbuf, errlen, -EINVAL,
+			    "spare %s: holds a superblock of volume '%s'; a "
+			    "spare is overwritten, so it must hold none",
+			    path, sb.name);
+	if (r != -ENOENT)
+		return verr(errbuf, errlen, -EINVAL,
+			    "spare %s: %s; a spare must hold no superblock",
+			    path, reason);
+	if (bytes < v->member_bytes)
+		return verr(errbuf, errlen, -ENOSPC,
+			    "spare %s: %llu bytes, a member of volume '%s' "
+			    "needs %llu",
+			    path, (unsigned long long)bytes, v->sb.name,
+			    (unsigned long long)v->member_bytes);
+	if (access(path, R_OK | W_OK))
+		return verr(errbuf, errlen, -errno, "spare %s: %s", path,
+			    strerror(errno));
+	return 0;
+}
+
+static int check_spares(const struct volume_config *cfg,
+			const struct sb_volume *v, const struct member_check *m,
+			char *errbuf, size_t errlen)
+{
+	struct member_id *ids;
+	int r = 0;
+
+	if (!cfg->nr_spares)
+		return 0;
+	ids = calloc(cfg->nr_spares, sizeof(*ids));
+	if (!ids)
+		return verr(errbuf, errlen, -ENOMEM, "out of memory");
+	for (unsigned int i = 0; i < cfg->nr_spares && !r; i++)
+		r = check_spare(cfg, i, v, m, ids, errbuf, errlen);
+	for (unsigned int i = 0; i < cfg->nr_spares; i++)
+		member_id_release(&ids[i]);
+	free(ids);
+	return r;
 }
 
 /*
@@ -631,6 +732,9 @@ static int volume_plan(const struct volume_config *cfg,
 		if (r)
 			goto err;
 	}
+	r = check_spares(cfg, v, m, errbuf, errlen);
+	if (r)
+		goto err;
 	*mp = m;
 	*chunkp = chunk;
 	*needp = need;
@@ -776,7 +880,7 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 	 */
 	for (i = 0; i < n; i++)
 		paths[i] = !v->nr ? cfg->members[i] :
-			   v->state[i] != SB_ROLE_ACTIVE ? NULL :
+			   v->state[i] == SB_ROLE_FAULTY ? NULL :
 			   cfg->members[v->order[i]];
 
 	/* Everything checked: now create and extend. */
@@ -800,19 +904,23 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 	}
 	if (mirror) {
 		uint8_t state[SB_MAX_ROLES];
-
-		for (i = 0; i < n; i++)
-			state[i] = v->state[i] == SB_ROLE_ACTIVE ?
-					   MIRROR_ACTIVE :
-					   MIRROR_FAULTY;
+		uint64_t cp[SB_MAX_ROLES];
 		char name[SB_NAME_BYTES + 40];
 
+		for (i = 0; i < n; i++) {
+			state[i] = v->state[i] == SB_ROLE_ACTIVE ?
+					   MIRROR_ACTIVE :
+				   v->state[i] == SB_ROLE_REBUILDING ?
+					   MIRROR_REBUILDING :
+					   MIRROR_FAULTY;
+			cp[i] = v->sb.roles[i].checkpoint;
+		}
 		/* For messages: "volume 'NAME'", or its UUID for no name. */
 		if (v->sb.name[0])
 			snprintf(name, sizeof(name), "%s", v->sb.name);
 		else
 			sb_uuid_format(v->sb.volume_uuid, name);
-		r = mirror_target_create(&top, t, state, n, v->sb.copies,
+		r = mirror_target_create(&top, t, state, cp, n, v->sb.copies,
 					 chunk, v->sb.size_bytes,
 					 v->sb.data_offset, name);
 		if (!r && cfg->readonly && !v->clean)
@@ -832,7 +940,8 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 	if (v->nr && !cfg->readonly) {
 		struct target *sv = NULL;
 
-		r = sbvol_create(&sv, top, v, paths, errbuf, errlen);
+		r = sbvol_create(&sv, top, v, paths, cfg->spares,
+				 cfg->nr_spares, &fopts, errbuf, errlen);
 		if (r) {
 			target_destroy(top);
 			goto out;

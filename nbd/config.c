@@ -117,41 +117,46 @@ void conf_export_release(struct conf_export *e)
 	for (i = 0; i < e->nr_members; i++)
 		free(e->members[i]);
 	free(e->members);
+	for (i = 0; i < e->nr_spares; i++)
+		free(e->spares[i]);
+	free(e->spares);
 	free(e->name);
 	free(e->description);
 	memset(e, 0, sizeof(*e));
 }
 
-static int export_add_member(struct conf_export *e, const char *path,
-			     char *errbuf, size_t errlen)
+/*
+ * Append @path to a member or spare list (@key names it in messages).
+ * Only the spelling is compared here; volume_open() compares the files
+ * themselves (symlinks, hard links) before creating anything.
+ */
+static int path_list_add(const char *key, const char *noun, char ***list,
+			 unsigned int *nr, const char *path, char *errbuf,
+			 size_t errlen)
 {
 	char **v;
 	unsigned int i;
 
 	if (!*path) {
-		set_err(errbuf, errlen, "file=: empty path");
+		set_err(errbuf, errlen, "%s=: empty path", key);
 		return -EINVAL;
 	}
-	/*
-	 * Only the spelling is compared here; volume_open() compares the
-	 * files themselves (symlinks, hard links) before creating anything.
-	 */
-	for (i = 0; i < e->nr_members; i++) {
-		if (!strcmp(e->members[i], path)) {
+	for (i = 0; i < *nr; i++) {
+		if (!strcmp((*list)[i], path)) {
 			set_err(errbuf, errlen,
-				"file=%s: the same member is listed twice",
-				path);
+				"%s=%s: the same %s is listed twice", key, path,
+				noun);
 			return -EINVAL;
 		}
 	}
-	v = realloc(e->members, (e->nr_members + 1) * sizeof(*v));
+	v = realloc(*list, (*nr + 1) * sizeof(*v));
 	if (!v)
 		return -ENOMEM;
-	e->members = v;
-	v[e->nr_members] = strdup(path);
-	if (!v[e->nr_members])
+	*list = v;
+	v[*nr] = strdup(path);
+	if (!v[*nr])
 		return -ENOMEM;
-	e->nr_members++;
+	(*nr)++;
 	return 0;
 }
 
@@ -163,7 +168,11 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 	bool b;
 
 	if (!strcmp(key, "file"))
-		return export_add_member(e, value, errbuf, errlen);
+		return path_list_add(key, "member", &e->members,
+				     &e->nr_members, value, errbuf, errlen);
+	if (!strcmp(key, "spare"))
+		return path_list_add(key, "spare", &e->spares, &e->nr_spares,
+				     value, errbuf, errlen);
 
 	if (!strcmp(key, "stripe-size")) {
 		if (conf_parse_chunk(value, &v, why, sizeof(why))) {
@@ -213,8 +222,8 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 		return conf_set_string(&e->description, value);
 	}
 	set_err(errbuf, errlen,
-		"%s=%s: unknown key (export keys: file, stripe-size, size, "
-		"read-only, description)",
+		"%s=%s: unknown key (export keys: file, spare, stripe-size, "
+		"size, read-only, description)",
 		key, value);
 	return -ENOENT;
 }
@@ -246,6 +255,8 @@ void conf_export_volume(const struct conf_export *e, struct volume_config *vc)
 	memset(vc, 0, sizeof(*vc));
 	vc->members = (const char *const *)e->members;
 	vc->nr_members = e->nr_members;
+	vc->spares = (const char *const *)e->spares;
+	vc->nr_spares = e->nr_spares;
 	vc->chunk_bytes = e->chunk_bytes;
 	vc->size_bytes = e->size_bytes;
 	vc->readonly = e->readonly;
@@ -476,7 +487,7 @@ static int conf_handler(void *user, const char *section, const char *key,
 			goto nomem;
 		return 1;
 	case SEC_EXPORT:
-		if (!strcmp(key, "file")) {
+		if (!strcmp(key, "file") || !strcmp(key, "spare")) {
 			path = resolve_path(p, value);
 			if (!path)
 				goto nomem;

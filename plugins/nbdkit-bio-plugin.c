@@ -354,7 +354,7 @@ static int bio_config(const char *key, const char *value)
 		backend_set = true;
 		return 0;
 	}
-	if (!strcmp(key, "file")) {
+	if (!strcmp(key, "file") || !strcmp(key, "spare")) {
 		/* nbdkit changes directory when it daemonizes. */
 		path = nbdkit_absolute_path(value);
 		if (!path)
@@ -512,6 +512,17 @@ static int bio_get_ready(void)
 			     exports[i].info.superblocks ? ", volume '" : "",
 			     exports[i].info.name,
 			     exports[i].info.superblocks ? "'" : "");
+	return 0;
+}
+
+/*
+ * Background work (a mirror's rebuild onto its spares) needs threads, and
+ * nbdkit may have forked since .get_ready opened the volumes.
+ */
+static int bio_after_fork(void)
+{
+	for (unsigned int i = 0; i < nr_exports; i++)
+		target_start(exports[i].vol);
 	return 0;
 }
 
@@ -677,6 +688,8 @@ static int bio_extents(void *handle, uint32_t count, uint64_t offset,
 static const char bio_config_help[] =
     "file=PATH         Member file or block device; repeat, in stripe order\n"
     "                  (required unless conf=; 'nbdkit bio A B' works too).\n"
+    "spare=PATH        A spare of a raid1/raid10 volume (bioctl create\n"
+    "                  --level): takes over a member that fails; repeat.\n"
     "stripe-size=SIZE  Stripe unit, a power of two 4K..1G (default 64K).\n"
     "size=SIZE         Volume size, a multiple of 512: members are created\n"
     "                  or extended (sparse), never truncated.  Default: N x\n"
@@ -703,6 +716,7 @@ static struct nbdkit_plugin plugin = {
     .config_help = bio_config_help,
     .magic_config_key = "file",
     .get_ready = bio_get_ready,
+    .after_fork = bio_after_fork,
     .dump_plugin = bio_dump_plugin,
     .list_exports = bio_list_exports,
     .default_export = bio_default_export,

@@ -52,6 +52,8 @@ struct cmdline {
 	const char *conf_path;
 	const char *stripe_size;
 	const char *size;
+	const char *spares[64]; /* --spare, in order */
+	unsigned int nr_spares;
 	struct flag_setting settings[32];
 	unsigned int nr_settings;
 	char **members;
@@ -85,7 +87,7 @@ static void usage(FILE *f)
 {
 	fputs("Usage: bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-e EXPORTNAME] [--description TEXT] [-P PIDFILE]\n"
-	      "              [--stripe-size SIZE]\n"
+	      "              [--stripe-size SIZE] [--spare FILE]\n"
 	      "              [--size SIZE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
 	      "              [--max-connections N] [--memory SIZE]\n"
@@ -122,6 +124,8 @@ static void usage(FILE *f)
 	      "  -c, --config FILE      exports (and [server] defaults) from FILE\n"
 	      "      --stripe-size SIZE stripe unit, a power of two 4K..1G (default 64K)\n"
 	      "      --size SIZE        volume size; creates/extends members\n"
+	      "      --spare FILE       a spare for a raid1/raid10 volume: takes\n"
+	      "                         over a member that fails (repeat)\n"
 	      "      --backend NAME     io_uring (default) or threads\n"
 	      "      --poll-us N        busy-poll up to N microseconds for the next\n"
 	      "                         request after replying (adaptive; default\n"
@@ -198,6 +202,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "pidfile", required_argument, NULL, 'P' },
 		{ "config", required_argument, NULL, 'c' },
 		{ "stripe-size", required_argument, NULL, 'S' },
+		{ "spare", required_argument, NULL, 'Z' },
 		{ "size", required_argument, NULL, 's' },
 		{ "backend", required_argument, NULL, 'b' },
 		{ "poll-us", required_argument, NULL, 'L' },
@@ -236,6 +241,12 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		case 'P': cl->pidfile = optarg; break;
 		case 'c': cl->conf_path = optarg; break;
 		case 'S': cl->stripe_size = optarg; break;
+		case 'Z':
+			if (cl->nr_spares == sizeof(cl->spares) / sizeof(cl->spares[0]))
+				die("--spare %s: more than %zu spares", optarg,
+				    sizeof(cl->spares) / sizeof(cl->spares[0]));
+			cl->spares[cl->nr_spares++] = optarg;
+			break;
 		case 's': cl->size = optarg; break;
 		case 'b': add_setting(cl, "--backend", "backend", optarg); break;
 		case 'L': add_setting(cl, "--poll-us", "poll-us", optarg); break;
@@ -303,6 +314,8 @@ static void exports_from_cmdline(const struct cmdline *cl)
 		die("out of memory");
 	for (int i = 0; i < cl->nr_members; i++)
 		set_export_key(ce, "file", cl->members[i]);
+	for (unsigned int i = 0; i < cl->nr_spares; i++)
+		set_export_key(ce, "spare", cl->spares[i]);
 	if (cl->stripe_size)
 		set_export_key(ce, "stripe-size", cl->stripe_size);
 	if (cl->size)
@@ -761,9 +774,10 @@ int main(int argc, char **argv)
 		cl.conf_path = BIONBD_DEFAULT_CONF;
 	srv_options_init(&o);
 	if (cl.conf_path) {
-		if (cl.nr_members || cl.stripe_size || cl.size || cl.export_name ||
+		if (cl.nr_members || cl.nr_spares || cl.stripe_size || cl.size ||
+		    cl.export_name ||
 		    cl.description)
-			die("-c %s: member files, --stripe-size, --size, -e and --description belong in the config file",
+			die("-c %s: member files, --spare, --stripe-size, --size, -e and --description belong in the config file",
 			    cl.conf_path);
 		if (conf_load(&conf, cl.conf_path, err, sizeof(err)))
 			die("%s", err);
@@ -854,6 +868,9 @@ int main(int argc, char **argv)
 		write_pidfile(cl.pidfile);
 	drop_privileges(&run_as, o.socket, cl.pidfile);
 	log_startup(conf ? conf->exports : &cmdline_export, &o, activated);
+	/* After any fork (daemonize): a mirror's rebuild is a thread. */
+	for (unsigned int i = 0; i < srv.nr_exports; i++)
+		target_start(srv.exports[i].vol);
 	if (ready_fd >= 0)
 		detach_stdio(ready_fd);
 	if (cl.run) {

@@ -9,6 +9,8 @@
  *   bioctl check [--from OFFSET] [--repair] MEMBER...
  *   bioctl convert --stripe-size SIZE [--size SIZE] [--name NAME]
  *                  [--max-rate RATE] MEMBER...
+ *   bioctl rebuild [--max-rate RATE] [--force] MEMBER...
+ *                  --replace OLD NEW | --role R NEW
  *
  * create writes a superblock on every member, role i for the i-th member
  * given, creating or extending sparse files as the size needs; it refuses
@@ -25,12 +27,17 @@
  * the first live copy) those that differ, which is what an unclean
  * shutdown without a bitmap, or a disk returning stale data, leaves.  On
  * a terminal it shows a progress bar, elsewhere a line every few seconds,
- * and Ctrl-C stops it with the offset to resume from (--from).
+ * and Ctrl-C stops it with the offset to resume from (--from).  rebuild
+ * gives a mirror's role (OLD's, or --role R) to a new member NEW, offline
+ * and in the synced steps of docs/format.md "Rebuild", copying NEW's rows
+ * from the other active copies; a run stopped by Ctrl-C or a crash
+ * records where it got to, and the same command resumes there.
  *
  * Exit status: 0 done (info: a complete volume, degraded or not; check:
- * clean, or repaired); 1 refused or failed (info: not a complete volume,
- * or headerless; check: unreadable ranges, or copies that differ); 2
- * usage, or (check) members that do not make a volume.
+ * clean, or repaired; rebuild: NEW active); 1 refused or failed (info: not
+ * a complete volume, or headerless; check: unreadable ranges, or copies
+ * that differ; rebuild: also interrupted); 2 usage, or (check) members
+ * that do not make a volume.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +71,8 @@ static void usage(FILE *f)
 	      "       bioctl check [--from OFFSET] [--repair] MEMBER...\n"
 	      "       bioctl convert --stripe-size SIZE [--size SIZE] [--name NAME]\n"
 	      "                      [--max-rate RATE] MEMBER...\n"
+	      "       bioctl rebuild [--max-rate RATE] [--force] MEMBER...\n"
+	      "                      --replace OLD NEW | --role R NEW\n"
 	      "\n"
 	      "create: write a superblock on every member (role i = the i-th MEMBER),\n"
 	      "        creating or extending sparse files to hold SIZE; refuses members\n"
@@ -82,7 +91,14 @@ static void usage(FILE *f)
 	      "convert: make a headerless volume (served with that stripe size\n"
 	      "        and the members in that order) self-describing: each\n"
 	      "        member's data moves 1M up, then the superblocks are written.\n"
-	      "        Interrupted or killed, the same command resumes it.\n",
+	      "        Interrupted or killed, the same command resumes it.\n"
+	      "rebuild: NEW (created, or extended, if need be) takes over OLD's\n"
+	      "        role of a mirror (or role R's: OLD missing, several roles\n"
+	      "        without a member): the members in service name it, its\n"
+	      "        data is copied from the other copies, it turns active.\n"
+	      "        OLD may be missing, faulty, stale or active (a migration).\n"
+	      "        Offline.  Interrupted, the same command resumes it.\n"
+	      "        --force overwrites a file system or another volume on NEW.\n",
 	      f);
 }
 
@@ -143,6 +159,25 @@ static uint64_t fd_bytes(int fd)
 	return (uint64_t)st.st_size;
 }
 
+/* All of @buf at @at, through short writes: 0 or -errno. */
+static int pwrite_all(int fd, const void *buf, size_t len, uint64_t at)
+{
+	const uint8_t *b = buf;
+
+	while (len) {
+		ssize_t w = pwrite(fd, b, len, (off_t)at);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		b += w;
+		at += (uint64_t)w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
 /* Zero [from, to) of a member: bytes a later format may give a meaning. */
 static int zero_range(int fd, uint64_t from, uint64_t to)
 {
@@ -179,6 +214,13 @@ static int lock_member(int fd, const char *path)
 	return fail("member %s: flock: %s", path, strerror(errno));
 }
 
+/* Do two stat(2)s name one file or device (one given twice)? */
+static bool same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
+	       a->st_rdev == b->st_rdev;
+}
+
 struct create_opts {
 	uint64_t chunk, size, data_offset;
 	const char *name;
@@ -196,20 +238,23 @@ static int write_clean_bitmap(int fd, uint64_t size, unsigned int shift)
 	static const uint8_t bits[SB_BITMAP_BITS / 8];
 	uint8_t block[SB_BITMAP_BYTES];
 	uint64_t regions = ((size - 1) >> shift) + 1;
-	size_t done = 0;
 
 	sb_bitmap_encode(bits, (uint32_t)regions, block);
-	while (done < sizeof(block)) {
-		ssize_t w = pwrite(fd, block + done, sizeof(block) - done,
-				   (off_t)(SB_BITMAP_OFFSET + done));
+	return pwrite_all(fd, block, sizeof(block), SB_BITMAP_OFFSET);
+}
 
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		done += (size_t)w;
-	}
-	return 0;
+/*
+ * A member's first D bytes as a new member has them: zeros (reserved), a
+ * mirror's all-clear bitmap, and @sb.  The bitmap goes before the
+ * superblock that points at it; the superblock's fdatasync covers both.
+ */
+static int write_member_header(int fd, const struct superblock *sb)
+{
+	int r = zero_range(fd, SB_BYTES, sb->data_offset);
+
+	if (!r && sb->bitmap_shift)
+		r = write_clean_bitmap(fd, sb->size_bytes, sb->bitmap_shift);
+	return r ?: sb_write(fd, sb);
 }
 
 /*
@@ -246,12 +291,7 @@ static int write_superblocks(const int *fds, char **paths, int n,
 
 		sb.role = (uint32_t)i;
 		memcpy(sb.member_uuid, sb.roles[i].uuid, 16);
-		r = zero_range(fds[i], SB_BYTES, o->data_offset);
-		/* The bitmap before the superblock that points at it; the
-		 * superblock's fdatasync covers both. */
-		if (!r && sb.bitmap_shift)
-			r = write_clean_bitmap(fds[i], size, sb.bitmap_shift);
-		r = r ?: sb_write(fds[i], &sb);
+		r = write_member_header(fds[i], &sb);
 		if (r)
 			return fail("member %s: writing the superblock: %s",
 				    paths[i], strerror(-r));
@@ -319,9 +359,7 @@ static int do_create(const struct create_opts *o, char **paths, int n)
 			goto out;
 		}
 		for (int j = 0; j < i; j++)
-			if (st[i].st_dev == st[j].st_dev &&
-			    st[i].st_ino == st[j].st_ino &&
-			    st[i].st_rdev == st[j].st_rdev) {
+			if (same_file(&st[i], &st[j])) {
 				fail("member %s: given twice (as %s too)",
 				     paths[i], paths[j]);
 				goto out;
@@ -606,6 +644,10 @@ static void info_text(char **paths, int n, const struct member_info *mi,
 		if (rec != SB_ROLE_ACTIVE &&
 		    strcmp(state, sb_role_state_name(rec)))
 			printf(" (recorded %s)", sb_role_state_name(rec));
+		if (rec == SB_ROLE_REBUILDING)
+			printf(", %" PRIu64 " of %" PRIu64 " bytes rebuilt",
+			       v->sb.roles[r].checkpoint,
+			       v->member_bytes - v->sb.data_offset);
 		putchar('\n');
 	}
 }
@@ -687,9 +729,10 @@ static void info_json(char **paths, int n, const struct member_info *mi,
 				json_str(paths[v->order[r]]);
 			sb_uuid_format(v->sb.roles[r].uuid, u);
 			printf(", \"member_uuid\": \"%s\", \"state\": \"%s\", "
-			       "\"recorded_state\": \"%s\"}", u,
-			       role_state(v, r),
-			       sb_role_state_name(v->sb.roles[r].state));
+			       "\"recorded_state\": \"%s\", \"checkpoint\": %"
+			       PRIu64 "}", u, role_state(v, r),
+			       sb_role_state_name(v->sb.roles[r].state),
+			       v->sb.roles[r].checkpoint);
 		}
 		printf("]");
 	}
@@ -760,6 +803,15 @@ static void on_sigint(int sig)
 {
 	(void)sig;
 	interrupted = 1;
+}
+
+/* SIGINT and SIGTERM let a long operation stop where it can resume. */
+static void catch_interrupts(void)
+{
+	struct sigaction sa = { .sa_handler = on_sigint };
+
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
 }
 
 static double now_s(void)
@@ -1152,7 +1204,6 @@ static int cmd_check(int argc, char **argv)
 		{ "repair", no_argument, NULL, 'r' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct sigaction sa = { .sa_handler = on_sigint };
 	struct sb_volume *v;
 	bool repair = false;
 	uint64_t from = 0;
@@ -1194,8 +1245,7 @@ static int cmd_check(int argc, char **argv)
 			 "and nothing to repair it from", v->sb.name);
 		goto out;
 	}
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	catch_interrupts();
 	r = sb_redundant(v->sb.level) ?
 		    check_mirror(argv + optind, v, from, repair) :
 		    check_data(argv + optind, v, from);
@@ -1265,17 +1315,28 @@ static int cv_decode(const uint8_t *b, struct cv_state *c)
 static int cv_save(int fd, uint64_t at, const struct cv_state *c)
 {
 	uint8_t b[SB_BYTES];
+	int r;
 
 	cv_encode(c, b);
-	if (pwrite(fd, b, sizeof(b), (off_t)at) != (ssize_t)sizeof(b))
-		return -errno ?: -EIO;
-	return fdatasync(fd) ? -errno : 0;
+	r = pwrite_all(fd, b, sizeof(b), at);
+	return r ?: (fdatasync(fd) ? -errno : 0);
 }
 
 struct convert_opts {
 	struct create_opts c;
 	double max_rate; /* bytes a second; 0 = as fast as it goes */
 };
+
+/* --max-rate RATE: bytes a second into *@rate; 0, or 1 with a message. */
+static int parse_rate(const char *arg, double *rate)
+{
+	uint64_t r;
+
+	if (parse_size(arg, &r) || !r)
+		return fail("--max-rate %s: bytes a second, e.g. 100M", arg);
+	*rate = (double)r;
+	return 0;
+}
 
 /* Sleep enough that @done bytes since @start stay under @rate. */
 static void throttle(double start, uint64_t done, double rate)
@@ -1485,8 +1546,6 @@ static int cmd_convert(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct convert_opts o = { .c = { .chunk = 0, .name = "" } };
-	struct sigaction sa = { .sa_handler = on_sigint };
-	uint64_t rate;
 	char err[256];
 	int ch;
 
@@ -1508,10 +1567,8 @@ static int cmd_convert(int argc, char **argv)
 			o.c.name = optarg;
 			break;
 		case 'R':
-			if (parse_size(optarg, &rate) || !rate)
-				return fail("--max-rate %s: bytes a second, "
-					    "e.g. 100M", optarg);
-			o.max_rate = (double)rate;
+			if (parse_rate(optarg, &o.max_rate))
+				return 1;
 			break;
 		default: usage(stderr); return 2;
 		}
@@ -1526,9 +1583,693 @@ static int cmd_convert(int argc, char **argv)
 	o.c.data_offset = o.c.chunk > SB_DEFAULT_DATA_OFFSET ?
 				  o.c.chunk :
 				  SB_DEFAULT_DATA_OFFSET;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	catch_interrupts();
 	return do_convert(&o, argv + optind, argc - optind);
+}
+
+/* ---- rebuild ---- */
+
+/*
+ * A new member takes over role R of a mirror, offline, in the steps of
+ * docs/format.md "Rebuild": the members in service name it (rebuilding,
+ * checkpoint 0, events up), it gets its superblock, its rows are copied
+ * from active copies with the checkpoint recorded every few seconds, and
+ * the role turns active (events up).  Each step is synced before the next,
+ * so a run stopped anywhere in the copy is resumed by the same command:
+ * NEW's superblock and the role table naming NEW's UUID as rebuilding say
+ * so, and the checkpoint says where.
+ */
+#define REBUILD_RECORD_S 3.0
+
+struct rebuild_opts {
+	const char *old; /* --replace OLD; NULL with --role */
+	const char *new_path;
+	unsigned int role; /* --role R; SB_ROLE_NONE with --replace */
+	bool force;
+	double max_rate; /* bytes a second; 0 = as fast as it goes */
+};
+
+/* A path of the command line, opened and locked (fd) when it exists. */
+struct rb_file {
+	const char *path;
+	bool exists;
+	struct stat st;
+	int fd, err; /* -1 and open's errno when it could not be opened */
+	int r; /* sb_read's, when opened */
+	char why[256];
+	struct superblock sb;
+};
+
+struct rebuild {
+	const struct rebuild_opts *o;
+	struct rb_file old, new, m[SB_MAX_ROLES]; /* m: MEMBER... but OLD */
+	const char *paths[SB_MAX_ROLES];
+	unsigned int n;
+	struct sb_volume v;
+	struct mirror_geom g;
+	unsigned int role; /* R */
+	bool resume;
+	uint64_t rows, chunks, copied;
+	/* What every superblock written gets: the role table, the events. */
+	struct superblock tab;
+	struct superblock own[SB_MAX_ROLES]; /* by role, those in service */
+	bool in_service[SB_MAX_ROLES], source[SB_MAX_ROLES];
+	bool new_has_sb; /* NEW carries its superblock: records go there too */
+};
+
+static void rb_stat(struct rb_file *f, const char *path)
+{
+	f->path = path;
+	f->fd = -1;
+	f->exists = !stat(path, &f->st);
+	f->err = f->exists ? 0 : errno;
+}
+
+/* The same file, or (neither existing) the same path. */
+static bool rb_same(const struct rb_file *a, const struct rb_file *b)
+{
+	if (a->exists && b->exists)
+		return same_file(&a->st, &b->st);
+	return !a->exists && !b->exists && !strcmp(a->path, b->path);
+}
+
+/*
+ * Open and lock @f when it exists, and read its superblock (@sb).  A file
+ * that cannot be opened is left for the caller to judge (f->err); one
+ * locked by another process is refused.  Returns 0, or 1 with a message.
+ */
+static int rb_open(struct rb_file *f, int flags, bool sb)
+{
+	if (!f->exists)
+		return 0;
+	f->fd = open(f->path, flags | O_CLOEXEC);
+	if (f->fd < 0) {
+		f->err = errno;
+		return 0;
+	}
+	if (lock_member(f->fd, f->path))
+		return 1;
+	if (sb)
+		f->r = sb_read(f->fd, &f->sb, f->why, sizeof(f->why));
+	return 0;
+}
+
+/* Does @f carry a valid superblock of the volume being rebuilt? */
+static bool rb_ours(const struct rebuild *rb, const struct rb_file *f)
+{
+	return f->fd >= 0 && !f->r &&
+	       !memcmp(f->sb.volume_uuid, rb->v.sb.volume_uuid, 16) &&
+	       f->sb.nr_roles == rb->v.sb.nr_roles;
+}
+
+/* MEMBER... opened and locked, OLD set aside, NEW refused among them. */
+static int rb_members(struct rebuild *rb, char **members, int n)
+{
+	if (n > (int)SB_MAX_ROLES)
+		return fail("rebuild: at most %u members, %d given",
+			    SB_MAX_ROLES, n);
+	for (int i = 0; i < n; i++) {
+		struct rb_file *f = &rb->m[rb->n];
+
+		rb_stat(f, members[i]);
+		if (rb->o->old && rb_same(f, &rb->old))
+			continue;
+		if (rb_same(f, &rb->new))
+			return fail("%s: already a member of the volume (given "
+				    "as %s)", rb->o->new_path, f->path);
+		for (unsigned int j = 0; j < rb->n; j++)
+			if (rb_same(f, &rb->m[j]))
+				return fail("member %s: given twice (as %s too)",
+					    f->path, rb->m[j].path);
+		if (rb_open(f, O_RDWR, false))
+			return 1;
+		rb->paths[rb->n++] = f->path;
+	}
+	return 0;
+}
+
+/*
+ * R when OLD cannot tell (it does not exist, cannot be read, or is NEW):
+ * the one role no member given plays, or on a resume NEW's.
+ */
+static int rb_role_lacking(struct rebuild *rb)
+{
+	const struct sb_volume *v = &rb->v;
+	char list[SB_MAX_ROLES * 4] = "";
+	unsigned int lacking = 0;
+	size_t at = 0;
+
+	if (rb->resume) {
+		rb->role = rb->new.sb.role;
+		return 0;
+	}
+	for (unsigned int r = 0; r < v->sb.nr_roles; r++) {
+		if (v->order[r] != SB_ROLE_NONE)
+			continue;
+		rb->role = r;
+		lacking++;
+		at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%u",
+				       at ? ", " : "", r);
+	}
+	if (!lacking)
+		return fail("%s: not part of volume '%s' (every role has a "
+			    "member given)", rb->old.path, v->sb.name);
+	if (lacking > 1)
+		return fail("%s: %s, and roles %s have no member given: name "
+			    "the one to rebuild with --role R NEW instead of "
+			    "--replace OLD NEW", rb->old.path,
+			    !rb->old.exists ? "does not exist" :
+			    rb_same(&rb->old, &rb->new) ? "is NEW" :
+							   "cannot be read",
+			    list);
+	return 0;
+}
+
+/* R, the role NEW takes over: --role's, OLD's, or the one left without. */
+static int rb_role(struct rebuild *rb)
+{
+	const struct superblock *sb = &rb->v.sb;
+	const struct rb_file *old = &rb->old;
+	char u[37];
+
+	if (rb->o->role != SB_ROLE_NONE) {
+		if (rb->o->role >= sb->nr_roles)
+			return fail("--role %u: volume '%s' has roles 0 to %u",
+				    rb->o->role, sb->name, sb->nr_roles - 1);
+		rb->role = rb->o->role;
+		return 0;
+	}
+	/* A dead disk's superblock cannot say: as if it were gone. */
+	if (!old->exists || old->fd < 0 || rb_same(old, &rb->new) ||
+	    (old->r && old->r != -ENOENT && old->r != -EINVAL &&
+	     old->r != -EPROTONOSUPPORT))
+		return rb_role_lacking(rb);
+	if (!rb_ours(rb, old)) {
+		sb_uuid_format(old->sb.volume_uuid, u);
+		if (!old->r)
+			return fail("%s: not part of volume '%s' (it belongs to "
+				    "volume '%s', %s)", old->path, sb->name,
+				    old->sb.name, u);
+		return fail("%s: not part of volume '%s' (%s)", old->path,
+			    sb->name, old->why);
+	}
+	rb->role = old->sb.role;
+	/* Resumed, the table names NEW; otherwise it must still name OLD. */
+	if (!rb->resume &&
+	    memcmp(old->sb.member_uuid, sb->roles[rb->role].uuid, 16))
+		return fail("%s: not part of volume '%s' any more (role %u "
+			    "belongs to another member)", old->path, sb->name,
+			    rb->role);
+	return 0;
+}
+
+/*
+ * May NEW take role R?  Not when it plays another role of the volume, or
+ * is R's member in service already; a former member of R (stale, faulty)
+ * is rebuilt from the start; a superblock of another volume, a file
+ * system or a partition table only with --force.
+ */
+static int rb_check_new(struct rebuild *rb)
+{
+	const struct superblock *sb = &rb->v.sb;
+	const struct rb_file *nw = &rb->new;
+	const char *what;
+	char u[37], other[200];
+
+	if (nw->exists && nw->fd < 0)
+		return fail("%s: %s", nw->path, strerror(nw->err));
+	if (nw->fd < 0)
+		return 0;
+	if (!S_ISREG(nw->st.st_mode) && !S_ISBLK(nw->st.st_mode))
+		return fail("%s: not a regular file or block device", nw->path);
+	if (rb_ours(rb, nw)) {
+		if (nw->sb.role != rb->role)
+			return fail("%s: holds role %u of volume '%s' (the role "
+				    "to rebuild is %u)", nw->path, nw->sb.role,
+				    sb->name, rb->role);
+		if (!rb->resume && nw->sb.events == sb->events &&
+		    sb->roles[rb->role].state == SB_ROLE_ACTIVE &&
+		    !memcmp(sb->roles[rb->role].uuid, nw->sb.member_uuid, 16))
+			return fail("%s: already role %u of volume '%s', active "
+				    "and up to date: nothing to rebuild",
+				    nw->path, rb->role, sb->name);
+		return 0;
+	}
+	if (nw->r && nw->r != -ENOENT && nw->r != -EINVAL &&
+	    nw->r != -EPROTONOSUPPORT)
+		return fail("%s: %s", nw->path, nw->why);
+	what = signature(nw->fd);
+	if (!nw->r) {
+		sb_uuid_format(nw->sb.volume_uuid, u);
+		snprintf(other, sizeof(other), "the superblock of volume '%s' "
+			 "(%s)", nw->sb.name, u);
+		what = other;
+	}
+	if (what && !rb->o->force)
+		return fail("%s: holds %s (--force to overwrite it)", nw->path,
+			    what);
+	return 0;
+}
+
+/*
+ * The members in service (roles other than R, active or rebuilding, their
+ * member given) get every superblock written; the active ones are the
+ * sources.  Every chunk R holds a copy of needs another active copy.
+ */
+static int rb_service(struct rebuild *rb)
+{
+	const struct sb_volume *v = &rb->v;
+	uint32_t st[SB_MAX_ROLES];
+
+	for (unsigned int r = 0; r < v->sb.nr_roles; r++) {
+		struct rb_file *f;
+
+		st[r] = r == rb->role ? SB_ROLE_FAULTY : v->state[r];
+		if (r == rb->role || v->order[r] == SB_ROLE_NONE ||
+		    (v->state[r] != SB_ROLE_ACTIVE &&
+		     v->state[r] != SB_ROLE_REBUILDING))
+			continue;
+		f = &rb->m[v->order[r]];
+		rb->in_service[r] = true;
+		rb->source[r] = v->state[r] == SB_ROLE_ACTIVE;
+		if (f->fd < 0)
+			return fail("member %s: %s", f->path, strerror(f->err));
+		if (sb_read(f->fd, &rb->own[r], f->why, sizeof(f->why)))
+			return fail("member %s: %s", f->path, f->why);
+	}
+	if (!sb_covered(v->sb.level, v->sb.nr_roles, v->sb.copies, st))
+		return fail("volume '%s': without role %u some chunks have no "
+			    "active copy to rebuild from", v->sb.name, rb->role);
+	return 0;
+}
+
+/* @sb, as @rb->tab has the role table and events now, written to @fd. */
+static int rb_put(int fd, struct superblock *sb, const struct superblock *tab,
+		  uint64_t now)
+{
+	memcpy(sb->roles, tab->roles, sizeof(sb->roles));
+	sb->events = tab->events;
+	sb->utime = now;
+	return sb_write(fd, sb);
+}
+
+/*
+ * The role table of @rb->tab on every member in service, then on NEW: at
+ * the end NEW goes last, so that a crash between the two leaves NEW
+ * stale (rebuilt again) rather than every other member.  Returns 0, or 1
+ * with a message.
+ */
+static int rb_record(struct rebuild *rb)
+{
+	uint64_t now = (uint64_t)time(NULL);
+	int r;
+
+	for (unsigned int role = 0; role < rb->v.sb.nr_roles; role++) {
+		struct rb_file *f;
+
+		if (!rb->in_service[role])
+			continue;
+		f = &rb->m[rb->v.order[role]];
+		r = rb_put(f->fd, &rb->own[role], &rb->tab, now);
+		if (r)
+			return fail("member %s: writing the superblock: %s",
+				    f->path, strerror(-r));
+	}
+	r = rb->new_has_sb ? rb_put(rb->new.fd, &rb->new.sb, &rb->tab, now) :
+			     0;
+	if (r)
+		return fail("%s: writing the superblock: %s", rb->new.path,
+			    strerror(-r));
+	return 0;
+}
+
+/* Rows up to @x are on NEW: synced there, then the checkpoint says so. */
+static int rb_checkpoint(struct rebuild *rb, uint64_t x)
+{
+	if (fdatasync(rb->new.fd))
+		return fail("%s: fdatasync: %s", rb->new.path, strerror(errno));
+	rb->tab.roles[rb->role].checkpoint = x * rb->v.sb.chunk_bytes;
+	return rb_record(rb);
+}
+
+/* Steps 1 and 2: NEW named in the role table, then given its superblock. */
+static int rb_start(struct rebuild *rb)
+{
+	struct sb_role *role = &rb->tab.roles[rb->role];
+	struct superblock *nsb = &rb->new.sb;
+	int r;
+
+	if (sb_uuid_generate(role->uuid))
+		return fail("getrandom: %s", strerror(errno));
+	/* What this assembly found missing or stale, the table says too. */
+	for (unsigned int i = 0; i < rb->tab.nr_roles; i++)
+		if (i != rb->role && (rb->v.degraded >> i & 1)) {
+			rb->tab.roles[i].state = SB_ROLE_FAULTY;
+			rb->tab.roles[i].checkpoint = 0;
+		}
+	role->state = SB_ROLE_REBUILDING;
+	role->checkpoint = 0;
+	rb->tab.events++;
+	if (rb_record(rb))
+		return 1;
+	*nsb = rb->tab;
+	nsb->role = rb->role;
+	memcpy(nsb->member_uuid, role->uuid, 16);
+	nsb->flags = rb->v.clean ? SB_FLAG_CLEAN : 0;
+	nsb->utime = (uint64_t)time(NULL);
+	r = write_member_header(rb->new.fd, nsb);
+	if (r)
+		return fail("%s: writing the superblock: %s", rb->new.path,
+			    strerror(-r));
+	rb->new_has_sb = true;
+	return 0;
+}
+
+/*
+ * The row a resumed rebuild starts at: the lowest checkpoint recorded (a
+ * crash may have stopped a record half way); after an unclean shutdown,
+ * the first region dirty in the bitmap if it comes before: its writes may
+ * have missed NEW.
+ */
+static uint64_t rb_resume_row(struct rebuild *rb)
+{
+	const struct superblock *sb = &rb->v.sb;
+	uint64_t cp = rb->new.sb.roles[rb->role].checkpoint, x;
+	uint8_t block[SB_BITMAP_BYTES], bits[SB_BITMAP_BITS / 8];
+	uint32_t regions;
+	int fd = -1;
+
+	for (unsigned int r = 0; r < sb->nr_roles; r++)
+		if (rb->in_service[r]) {
+			if (rb->own[r].roles[rb->role].checkpoint < cp)
+				cp = rb->own[r].roles[rb->role].checkpoint;
+			if (fd < 0 && rb->source[r])
+				fd = rb->m[rb->v.order[r]].fd;
+		}
+	x = cp / sb->chunk_bytes < rb->rows ? cp / sb->chunk_bytes : rb->rows;
+	if (rb->v.clean)
+		return x;
+	if (!sb->bitmap_shift || fd < 0)
+		return 0;
+	regions = (uint32_t)(((sb->size_bytes - 1) >> sb->bitmap_shift) + 1);
+	if (pread(fd, block, sizeof(block), SB_BITMAP_OFFSET) !=
+		    (ssize_t)sizeof(block) ||
+	    sb_bitmap_decode(block, regions, bits))
+		return 0;
+	for (uint32_t i = 0; i < regions; i++)
+		if (bits[i / 8] >> (i % 8) & 1) {
+			/* The region's first chunk: its first copy's row. */
+			uint64_t k = ((uint64_t)i << sb->bitmap_shift) /
+				     sb->chunk_bytes;
+			uint64_t first = k * sb->copies / sb->nr_roles;
+
+			return first < x ? first : x;
+		}
+	return x;
+}
+
+/*
+ * @n bytes at @o into chunk @k, from the first source copy that can be
+ * read (never R's: it is no source).  Returns 0, or 1 with a message.
+ */
+static int rb_read(struct rebuild *rb, uint64_t k, uint64_t o, uint8_t *buf,
+		   uint64_t n)
+{
+	uint64_t voff = k * rb->v.sb.chunk_bytes + o;
+
+	for (unsigned int c = 0; c < rb->g.copies; c++) {
+		const struct rb_file *f;
+		unsigned int role;
+		uint64_t at;
+		ssize_t got;
+
+		mirror_map(&rb->g, voff, c, &role, &at);
+		if (!rb->source[role])
+			continue;
+		f = &rb->m[rb->v.order[role]];
+		got = pread(f->fd, buf, n, (off_t)at);
+		if (got == (ssize_t)n)
+			return 0;
+		fail("member %s: reading %" PRIu64 " bytes at offset %" PRIu64
+		     ": %s; trying the next copy", f->path, n, at,
+		     got < 0 ? strerror(errno) : "short read");
+	}
+	return fail("chunk %" PRIu64 " (volume offset %" PRIu64 "): no active "
+		    "copy could be read", k, voff);
+}
+
+/*
+ * Member row @x of role R is position p = x N + R: copy p mod K of chunk
+ * k = p div K, read from another copy and written to NEW at D + x C.  A
+ * row past the volume's last chunk holds nothing and is left as it is;
+ * so are the bytes of the last chunk past the volume's end.
+ */
+static int rb_row(struct rebuild *rb, uint64_t x, uint8_t *buf,
+		  struct progress *p)
+{
+	const struct superblock *sb = &rb->v.sb;
+	uint64_t c = sb->chunk_bytes, pos = x * sb->nr_roles + rb->role;
+	uint64_t k = pos / sb->copies, len = 0;
+
+	if (k < rb->chunks)
+		len = sb->size_bytes - k * c < c ? sb->size_bytes - k * c : c;
+	for (uint64_t o = 0; o < len; o += MIB) {
+		uint64_t n = len - o < MIB ? len - o : MIB;
+		int r;
+
+		if (rb_read(rb, k, o, buf, n))
+			return 1;
+		r = pwrite_all(rb->new.fd, buf, n, sb->data_offset + x * c + o);
+		if (r)
+			return fail("%s: writing %" PRIu64 " bytes at offset %"
+				    PRIu64 ": %s", rb->new.path, n,
+				    sb->data_offset + x * c + o, strerror(-r));
+		rb->copied += n;
+		p->done = x * c + o + n;
+		progress_show(p, false);
+		/* Stopping: the rest of the row at full speed. */
+		if (!interrupted)
+			throttle(p->start, rb->copied, rb->o->max_rate);
+	}
+	p->done = (x + 1) * c;
+	return 0;
+}
+
+/* Step 3 to 5: the rows from @x on, then R active.  0, or 1. */
+static int rb_copy(struct rebuild *rb, uint64_t x)
+{
+	const struct superblock *sb = &rb->v.sb;
+	struct progress p = { .what = "rebuild" };
+	uint8_t *buf = malloc(MIB);
+	double last;
+	int rc = 1;
+
+	if (!buf)
+		return fail("out of memory");
+	p.total = rb->rows * sb->chunk_bytes;
+	p.base = p.done = x * sb->chunk_bytes;
+	p.tty = isatty(2);
+	p.start = p.last = last = now_s();
+	for (; x < rb->rows && !interrupted; x++) {
+		if (rb_row(rb, x, buf, &p))
+			goto out;
+		if (now_s() - last >= REBUILD_RECORD_S) {
+			if (rb_checkpoint(rb, x + 1))
+				goto out;
+			last = now_s();
+		}
+	}
+	if (x < rb->rows) {
+		if (!rb_checkpoint(rb, x))
+			fprintf(stderr, "%sbioctl: rebuild interrupted at member "
+				"byte %" PRIu64 " of %" PRIu64 "; run the same "
+				"command again to resume\n", p.tty ? "\n" : "",
+				x * sb->chunk_bytes, p.total);
+		goto out;
+	}
+	if (fdatasync(rb->new.fd)) {
+		fail("%s: fdatasync: %s", rb->new.path, strerror(errno));
+		goto out;
+	}
+	rb->tab.roles[rb->role].state = SB_ROLE_ACTIVE;
+	rb->tab.roles[rb->role].checkpoint = 0;
+	rb->tab.events++;
+	if (rb_record(rb))
+		goto out;
+	progress_show(&p, true);
+	last = now_s() - p.start;
+	printf("rebuilt role %u of volume '%s' on %s: %" PRIu64 " bytes copied "
+	       "in %.1f s (%.1f MB/s)\n", rb->role, sb->name, rb->new.path,
+	       rb->copied, last, last > 0 ? (double)rb->copied / last / 1e6 : 0);
+	rc = 0;
+out:
+	free(buf);
+	return rc;
+}
+
+/* NEW exists, holds D and R's share of the volume. */
+static int rb_size_new(struct rebuild *rb)
+{
+	struct rb_file *nw = &rb->new;
+
+	if (nw->fd < 0) {
+		nw->fd = open(nw->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+			      0644);
+		if (nw->fd < 0 || fstat(nw->fd, &nw->st))
+			return fail("%s: %s", nw->path, strerror(errno));
+		if (lock_member(nw->fd, nw->path))
+			return 1;
+	}
+	if (fd_bytes(nw->fd) >= rb->v.member_bytes)
+		return 0;
+	if (S_ISBLK(nw->st.st_mode))
+		return fail("%s: %" PRIu64 " bytes, the volume needs %" PRIu64,
+			    nw->path, fd_bytes(nw->fd), rb->v.member_bytes);
+	if (ftruncate(nw->fd, (off_t)rb->v.member_bytes))
+		return fail("%s: %s", nw->path, strerror(errno));
+	return 0;
+}
+
+/* The volume of MEMBER... (OLD and NEW aside), which must be a mirror. */
+static int rb_assemble(struct rebuild *rb)
+{
+	const struct superblock *sb = &rb->v.sb;
+	char why[512];
+	int r;
+
+	r = sb_assemble(rb->paths, rb->n, &rb->v, why, sizeof(why));
+	if (r == -ENOENT)
+		return fail("no member given (OLD aside) has a superblock: "
+			    "nothing to rebuild from");
+	if (r)
+		return fail("%s", why);
+	if (!sb_redundant(sb->level))
+		return fail("volume '%s' is raid0: one copy of the data, "
+			    "nothing to rebuild from", sb->name);
+	if (mirror_geom_init(&rb->g, sb->nr_roles, sb->copies,
+			     sb->chunk_bytes))
+		return fail("volume '%s': %u copies on %u members is not a "
+			    "mirror", sb->name, sb->copies, sb->nr_roles);
+	rb->g.data_offset = sb->data_offset;
+	rb->rows = (rb->v.member_bytes - sb->data_offset) / sb->chunk_bytes;
+	rb->chunks = (sb->size_bytes - 1) / sb->chunk_bytes + 1;
+	return 0;
+}
+
+static int do_rebuild(const struct rebuild_opts *o, char **members, int n)
+{
+	struct rebuild *rb = calloc(1, sizeof(*rb));
+	const struct rb_file *nw;
+	uint64_t x = 0;
+	int rc = 1;
+
+	if (!rb)
+		return fail("out of memory");
+	rb->o = o;
+	nw = &rb->new;
+	rb_stat(&rb->new, o->new_path);
+	if (o->old)
+		rb_stat(&rb->old, o->old);
+	if (rb_members(rb, members, n) ||
+	    rb_open(&rb->new, O_RDWR, true) ||
+	    (o->old && !rb_same(&rb->old, &rb->new) &&
+	     rb_open(&rb->old, O_RDONLY, true)) ||
+	    rb_assemble(rb))
+		goto out;
+	rb->resume = rb_ours(rb, nw) && nw->sb.events == rb->v.sb.events &&
+		     rb->v.sb.roles[nw->sb.role].state == SB_ROLE_REBUILDING &&
+		     !memcmp(rb->v.sb.roles[nw->sb.role].uuid,
+			     nw->sb.member_uuid, 16);
+	if (rb_role(rb) || rb_check_new(rb) || rb_service(rb) ||
+	    rb_size_new(rb))
+		goto out;
+	rb->tab = rb->v.sb;
+	if (rb->resume) {
+		rb->new_has_sb = true;
+		x = rb_resume_row(rb);
+		fprintf(stderr, "bioctl: resuming the rebuild of role %u at "
+			"member byte %" PRIu64 " of %" PRIu64 "\n", rb->role,
+			x * rb->v.sb.chunk_bytes,
+			rb->rows * rb->v.sb.chunk_bytes);
+	} else if (rb_start(rb)) {
+		goto out;
+	}
+	rc = rb_copy(rb, x);
+out:
+	for (unsigned int i = 0; i < rb->n; i++)
+		if (rb->m[i].fd >= 0)
+			close(rb->m[i].fd);
+	if (rb->old.fd >= 0)
+		close(rb->old.fd);
+	if (rb->new.fd >= 0)
+		close(rb->new.fd);
+	free(rb);
+	return rc;
+}
+
+/*
+ * --replace OLD NEW and --role R NEW take two words: NEW is the one after
+ * the option's argument, wherever the option stands among the members.
+ */
+static int rb_take_new(int argc, char **argv, const char *opt,
+		       struct rebuild_opts *o)
+{
+	if (o->new_path)
+		return fail("--replace and --role: one of them, once");
+	if (optind >= argc)
+		return fail("%s: NEW is missing (%s NEW)", opt, opt);
+	o->new_path = argv[optind++];
+	return 0;
+}
+
+static int cmd_rebuild(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "replace", required_argument, NULL, 'r' },
+		{ "role", required_argument, NULL, 'o' },
+		{ "max-rate", required_argument, NULL, 'R' },
+		{ "force", no_argument, NULL, 'f' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct rebuild_opts o = { .role = SB_ROLE_NONE };
+	char opt[64], *end;
+	unsigned long role;
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "f", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'r':
+			o.old = optarg;
+			snprintf(opt, sizeof(opt), "--replace %s", optarg);
+			if (rb_take_new(argc, argv, opt, &o))
+				return 2;
+			break;
+		case 'o':
+			errno = 0;
+			role = strtoul(optarg, &end, 10);
+			if (errno || end == optarg || *end || optarg[0] == '-' ||
+			    role >= SB_MAX_ROLES)
+				return fail("--role %s: expected a role number, "
+					    "0 to %u", optarg, SB_MAX_ROLES - 1);
+			o.role = (unsigned int)role;
+			snprintf(opt, sizeof(opt), "--role %s", optarg);
+			if (rb_take_new(argc, argv, opt, &o))
+				return 2;
+			break;
+		case 'R':
+			if (parse_rate(optarg, &o.max_rate))
+				return 1;
+			break;
+		case 'f': o.force = true; break;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!o.new_path || optind >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	catch_interrupts();
+	return do_rebuild(&o, argv + optind, argc - optind);
 }
 
 int main(int argc, char **argv)
@@ -1549,6 +2290,8 @@ int main(int argc, char **argv)
 		return cmd_check(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "convert"))
 		return cmd_convert(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "rebuild"))
+		return cmd_rebuild(argc - 1, argv + 1);
 	fprintf(stderr, "bioctl: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;

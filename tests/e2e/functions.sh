@@ -313,7 +313,7 @@ stripe_member() {
 #                            its runtime (nbdkit) is installed (else skip)
 #   start_server [-r] [--stripe-size S] [--size S] [--backend B]
 #                [--conf FILE] [--export NAME] [--threads N]
-#                [--async-min SIZE] [--sendfile-min SIZE] [--]
+#                [--async-min SIZE] [--sendfile-min SIZE] [--spare FILE] [--]
 #                [MEMBER...]
 #                            serve on a unix socket in $tmp, in the
 #                            background (stopped at exit); returns once it
@@ -375,7 +375,7 @@ _server_cmd() {
     local sock=$1 pidfile=$2 ro='' chunk='' size='' be='' conf='' export='' arg
     local threads='' async='' sendfile=''
     shift 2
-    local mem=()
+    local mem=() spares=()
     while [[ $# -gt 0 ]]; do
         case $1 in
         -r) ro=1 ;;
@@ -385,6 +385,7 @@ _server_cmd() {
         --conf) conf=$2; shift ;;
         --export) export=$2; shift ;;
         --threads) threads=$2; shift ;;
+        --spare) spares+=("$2"); shift ;;
         --async-min) async=$2; shift ;;
         --sendfile-min) sendfile=$2; shift ;;
         --) shift; mem+=("$@"); break ;;
@@ -400,6 +401,7 @@ _server_cmd() {
         [[ -z $threads ]] || _cmd+=(--threads "$threads")
         _cmd+=("$BIO_PLUGIN")
         for arg in "${mem[@]}"; do _cmd+=("file=$arg"); done
+        for arg in "${spares[@]}"; do _cmd+=("spare=$arg"); done
         [[ -z $chunk ]] || _cmd+=("stripe-size=$chunk")
         [[ -z $size ]] || _cmd+=("size=$size")
         [[ -z $be ]] || _cmd+=("backend=$be")
@@ -417,6 +419,7 @@ _server_cmd() {
         [[ -z $export ]] || _cmd+=(-e "$export")
         [[ -z $async ]] || _cmd+=(--async-min "$async")
         [[ -z $sendfile ]] || _cmd+=(--sendfile-min "$sendfile")
+        for arg in "${spares[@]}"; do _cmd+=(--spare "$arg"); done
         _cmd+=("${mem[@]}")
         ;;
     esac

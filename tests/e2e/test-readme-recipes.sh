@@ -3,7 +3,9 @@
 # Description: the README's recipes run as written.  Every code block
 # whose first line is "# recipe: NAME" is cut out of README.md and run
 # with bash -e in a scratch directory of its own, bionbd (the build's) on
-# PATH, within 120 s: ci-job (--run, nbdfuse, mkfs.ext4, e2fsck),
+# PATH, within 120 s: ci-job (--run, nbdfuse, mkfs.ext4, e2fsck), mirror
+# (bioctl create --level raid1, a member deleted, served degraded, bioctl
+# info says so, bioctl rebuild, bioctl check),
 # socket-activation (nbdcopy and nbdinfo start bionbd themselves), tls-psk
 # and tls-x509 (keys made as the recipe says, nbdinfo over TLS).  A recipe
 # missing from the README fails, as does one that fails or hangs; no
@@ -21,6 +23,7 @@ requires_fuse
 make_tmpdir
 mkdir -p "$tmp/bin"
 ln -s "$BIONBD" "$tmp/bin/bionbd"
+ln -s "$BIOCTL" "$tmp/bin/bioctl"
 
 # recipe NAME: the block's text on stdout (without its fence lines).
 recipe() {
@@ -31,7 +34,7 @@ recipe() {
     ' "$SRC_DIR/README.md"
 }
 
-for name in ci-job socket-activation tls-psk tls-x509; do
+for name in ci-job mirror socket-activation tls-psk tls-x509; do
     log "recipe $name"
     text=$(recipe "$name")
     [[ -n $text ]] || die "README.md has no '# recipe: $name' block"
@@ -53,4 +56,6 @@ expect_grep "export-size: $((512 << 20)) " "$tmp/socket-activation.out"
 expect_grep "with TLS" "$tmp/tls-psk.out"
 expect_grep "with TLS" "$tmp/tls-x509.out"
 expect_grep "^mnt/nbd: [0-9]+/65536 files" "$tmp/ci-job.out"
+expect_grep "degraded \(1 of 2 members active\)" "$tmp/mirror.out"
+expect_grep "volume 'home': superblocks consistent, .* the live copies agree" "$tmp/mirror.out"
 log "ok"

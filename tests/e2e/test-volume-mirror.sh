@@ -15,7 +15,9 @@
 # destroyed, the resync covers every region.  Degraded: with a member file
 # gone the volume starts degraded (records the role faulty), serves, and
 # the member brought back is stale: it stays out of service (its old data
-# is never read back) until rebuilt, and bioctl info says so.
+# is never read back) until rebuilt, and bioctl info says so.  Spares are
+# refused in one line: on a raid0, too small, holding a superblock, a
+# member itself, missing (on the command line and in a config file).
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -148,4 +150,26 @@ done
 stop_server
 cmp <(tail -c +$((MiB + 1)) raid1-2-1 | head -c $((32 * MiB))) src ||
     die "the stale member was written to"
+log "spares: what is refused, in one line"
+expect_ok "$BIOCTL" create --size 8M r0a r0b
+truncate -s 64M big
+server_refuses_once --spare big r0a r0b
+expect_grep "spare (.*/)?big: only a raid1 or raid10 volume has spares" "$SERVER_ERR"
+truncate -s 4M small
+server_refuses_once --spare small "$@"
+expect_grep "spare (.*/)?small: 4194304 bytes, a member of volume .* needs 34603008" "$SERVER_ERR"
+server_refuses_once --spare r0a "$@"
+expect_grep "spare (.*/)?r0a: holds a superblock of volume" "$SERVER_ERR"
+server_refuses_once --spare raid1-2-0 "$@"
+expect_grep "spare (.*/)?raid1-2-0: the same storage as member" "$SERVER_ERR"
+server_refuses_once --spare nowhere "$@"
+expect_grep "spare (.*/)?nowhere: No such file or directory" "$SERVER_ERR"
+cat >spare.conf <<EOF2 || die "spare.conf"
+[export m]
+file = raid1-2-0
+file = raid1-2-1
+spare = small
+EOF2
+server_refuses_once --conf spare.conf
+expect_grep "spare (.*/)?small: 4194304 bytes" "$SERVER_ERR"
 log ok

@@ -100,15 +100,51 @@ struct hook_log {
 	unsigned int bitmap_writes, syncs;
 	uint8_t bits[64];
 	bool fail_record;
+	unsigned int progress;
+	uint64_t last_checkpoint[MAXN];
+	char spare_path[PATH_MAX + 16];
+	uint64_t spare_bytes; /* 0: no spare */
+	bool spare_taken;
+	unsigned int spare_role;
 };
 
-static int hook_record(void *arg, const uint8_t *state, unsigned int nr)
+static int hook_record(void *arg, const uint8_t *state,
+		       const uint64_t *checkpoint, unsigned int nr)
 {
+	(void)checkpoint;
 	struct hook_log *h = arg;
 
 	h->records++;
 	memcpy(h->last_state, state, nr);
 	return h->fail_record ? -EIO : 0;
+}
+
+static int hook_progress(void *arg, unsigned int m, uint64_t checkpoint)
+{
+	struct hook_log *h = arg;
+
+	h->progress++;
+	h->last_checkpoint[m] = checkpoint;
+	return 0;
+}
+
+/* The spare: a fresh file as large as a member, once. */
+static int hook_spare(void *arg, unsigned int m, struct target **out)
+{
+	struct hook_log *h = arg;
+	struct file_target_opts fo = { 0 };
+	int fd;
+
+	if (!h->spare_bytes || h->spare_taken)
+		return -ENOENT;
+	fd = open(h->spare_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0);
+	CHECK_EQ(ftruncate(fd, (off_t)h->spare_bytes), 0);
+	close(fd);
+	CHECK_EQ(file_target_open(out, h->spare_path, &fo), 0);
+	h->spare_taken = true;
+	h->spare_role = m;
+	return 0;
 }
 
 static int hook_bitmap(void *arg, const uint8_t *bits, uint32_t nr)
@@ -137,14 +173,18 @@ struct fixture {
 	unsigned char *model;
 };
 
-static void fixture_setup(struct fixture *f, unsigned int n, unsigned int k,
-			  uint64_t size)
+static void fixture_setup_state(struct fixture *f, unsigned int n,
+				unsigned int k, uint64_t size,
+				const uint8_t *start_state,
+				const uint64_t *checkpoint)
 {
 	const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	struct file_target_opts fo = { 0 };
 	struct target *m[MAXN];
 	uint8_t state[MAXN] = { 0 };
 	struct mirror_hooks h = { .record = hook_record,
+				  .progress = hook_progress,
+				  .spare = hook_spare,
 				  .bitmap_write = hook_bitmap,
 				  .sync = hook_sync };
 	uint64_t need;
@@ -170,13 +210,21 @@ static void fixture_setup(struct fixture *f, unsigned int n, unsigned int k,
 		CHECK_EQ(error_target_create(&f->err[i], file), 0);
 		m[i] = f->err[i];
 	}
-	CHECK_EQ(mirror_target_create(&f->t, m, state, n, k, CHUNK, size,
-				      DOFF, "test"),
+	if (start_state)
+		memcpy(state, start_state, n);
+	CHECK_EQ(mirror_target_create(&f->t, m, state, checkpoint, n, k, CHUNK,
+				      size, DOFF, "test"),
 		 0);
 	h.arg = &f->hooks;
 	mirror_set_hooks(f->t, &h);
 	f->model = calloc(1, size);
 	CHECK(f->model);
+}
+
+static void fixture_setup(struct fixture *f, unsigned int n, unsigned int k,
+			  uint64_t size)
+{
+	fixture_setup_state(f, n, k, size, NULL, NULL);
 }
 
 static void fixture_teardown(struct fixture *f)
@@ -504,6 +552,97 @@ static void case_bitmap(void)
 	printf("bitmap: ok\n");
 }
 
+/* Wait (10 s at most) until member @m is active again. */
+static void wait_active(struct fixture *f, unsigned int m)
+{
+	uint8_t st[MAXN];
+
+	for (int i = 0; i < 1000; i++) {
+		mirror_state_get(f->t, st, f->n);
+		if (st[m] == MIRROR_ACTIVE)
+			return;
+		usleep(10000);
+	}
+	fprintf(stderr, "member %u not rebuilt after 10 s (state %u)\n", m,
+		st[m]);
+	abort();
+}
+
+/*
+ * Member 1 rebuilding from half-way: what lies below the checkpoint is
+ * left as it is (resumed, not restarted), what lies above is copied.
+ */
+static void case_rebuild_resume(void)
+{
+	uint8_t state[2] = { MIRROR_ACTIVE, MIRROR_REBUILDING };
+	uint64_t cp[2] = { 0, 2u << 20 };
+	unsigned char *buf = malloc(4u << 20);
+	struct fixture f;
+	int fd;
+
+	CHECK(buf);
+	fixture_setup_state(&f, 2, 2, 4u << 20, state, cp);
+	/* Member 1's first half: garbage the rebuild must not touch. */
+	memset(buf, 0x77, 2u << 20);
+	fd = open(f.path[1], O_RDWR);
+	CHECK(fd >= 0);
+	CHECK_EQ(pwrite(fd, buf, 2u << 20, DOFF), 2u << 20);
+	close(fd);
+	fill(&f, 0, 4u << 20, 21); /* reaches member 1 too: rebuilding */
+	memset(buf, 0x77, 2u << 20);
+	fd = open(f.path[1], O_RDWR);
+	CHECK(fd >= 0);
+	CHECK_EQ(pwrite(fd, buf, 2u << 20, DOFF), 2u << 20);
+	/* Second half: stale, the rebuild must copy it. */
+	CHECK_EQ(pwrite(fd, buf, 2u << 20, DOFF + (2u << 20)), 2u << 20);
+	close(fd);
+	target_start(f.t);
+	wait_active(&f, 1);
+	CHECK(f.hooks.records >= 1);
+	CHECK_EQ(f.hooks.last_state[1], MIRROR_ACTIVE);
+	member_pread(&f, 1, buf, 2u << 20, DOFF);
+	for (uint32_t i = 0; i < 2u << 20; i++)
+		CHECK_EQ(buf[i], 0x77);
+	member_pread(&f, 1, buf, 2u << 20, DOFF + (2u << 20));
+	CHECK(!memcmp(buf, f.model + (2u << 20), 2u << 20));
+	fixture_teardown(&f);
+	free(buf);
+	printf("rebuild resume: ok\n");
+}
+
+/*
+ * A member fails, the spare hook gives a new one, it is rebuilt while
+ * writes go on, and then it alone (the other copy failing) serves reads.
+ */
+static void case_spare_takeover(unsigned int n, unsigned int k)
+{
+	struct fixture f;
+	uint64_t need;
+	unsigned int fail_m = 1, other;
+
+	fixture_setup(&f, n, k, 8u << 20);
+	CHECK_EQ(mirror_member_bytes(&f.g, f.size, &need), 0);
+	snprintf(f.hooks.spare_path, sizeof(f.hooks.spare_path), "%s.spare",
+		 f.path[0]);
+	f.hooks.spare_bytes = DOFF + need;
+	target_start(f.t);
+	fill(&f, 0, 8u << 20, 31);
+	fail_member(&f, fail_m, REQ_OP_WRITE, -EIO, 0);
+	fill(&f, 0, 1u << 20, 32); /* member 1 fails: faulty, spare in */
+	for (int i = 0; i < 20; i++)
+		fill(&f, (uint64_t)(rnd() % 8) << 20, 1u << 20, 33 + i);
+	wait_active(&f, fail_m);
+	CHECK(f.hooks.spare_taken);
+	CHECK_EQ(f.hooks.spare_role, fail_m);
+	/* The copy that shared member 1's chunks with it goes away. */
+	other = k == n ? 0 : (fail_m ^ 1);
+	fail_member(&f, other, -1, -EIO, 0);
+	expect_read(&f, 0, (uint32_t)f.size);
+	fixture_teardown(&f);
+	unlink(f.hooks.spare_path);
+	printf("spare takeover n=%u k=%u: ok\n", n, k);
+}
+
 int main(void)
 {
 	struct ioq *q;
@@ -523,6 +662,9 @@ int main(void)
 	case_all_copies_fail();
 	case_volume_fails();
 	case_fast_zero();
+	case_rebuild_resume();
+	case_spare_takeover(2, 2);
+	case_spare_takeover(4, 2);
 	case_bitmap();
 	ioq_set_current(NULL);
 	ioq_destroy(q);

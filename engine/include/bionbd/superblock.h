@@ -134,9 +134,11 @@ struct sb_volume {
 	unsigned int order[SB_MAX_ROLES]; /* order[role] = index in paths,
 					   * SB_ROLE_NONE if no member plays it */
 	/*
-	 * What each role is at start: SB_ROLE_ACTIVE, or SB_ROLE_FAULTY for
-	 * a role the newest superblock calls faulty, whose member is stale
-	 * (missed writes) or missing.  Only redundant levels start with a
+	 * What each role is at start: SB_ROLE_ACTIVE; SB_ROLE_REBUILDING
+	 * for a role the newest superblock calls so, its member present and
+	 * up to date (it resumes at sb.roles[role].checkpoint); else
+	 * SB_ROLE_FAULTY: a role the newest superblock calls faulty, whose
+	 * member is stale (missed writes) or missing.  Only redundant levels start with a
 	 * role not active; @degraded says which roles turned faulty here
 	 * (not yet recorded in the superblocks).
 	 */

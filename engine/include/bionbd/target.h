@@ -56,6 +56,8 @@ struct target_ops {
 	 */
 	int (*iomap)(struct target *t, uint64_t off, uint64_t len,
 		     unsigned int flags, struct target_iomap *m);
+	/* Optional.  See target_start(). */
+	void (*start)(struct target *t);
 };
 
 struct target {
@@ -131,6 +133,14 @@ bool blk_plug_add(struct target *t, struct bio *bio);
  */
 int target_iomap(struct target *t, uint64_t off, uint64_t len,
 		 unsigned int flags, struct target_iomap *m);
+
+/**
+ * target_start - start the background work of @t and what is below it (a
+ * mirror's rebuild onto spares).  Front ends call it once serving, after
+ * any fork: threads do not survive one.  Targets without such work
+ * ignore it.
+ */
+void target_start(struct target *t);
 
 /** target_destroy - free a target and everything below it. */
 void target_destroy(struct target *t);
@@ -299,6 +309,7 @@ static inline void mirror_map(const struct mirror_geom *g, uint64_t offset,
 enum mirror_state {
 	MIRROR_ACTIVE = 0,
 	MIRROR_FAULTY = 1,
+	MIRROR_REBUILDING = 3, /* written like the others, never read */
 };
 
 /**
@@ -314,11 +325,21 @@ bool mirror_covered(const struct mirror_geom *g, const uint8_t *state);
  */
 struct mirror_hooks {
 	/*
-	 * Record @state (one entry per member, enum mirror_state) durably on
-	 * every member that is still active.  0 when at least one member
-	 * has it; else -errno.
+	 * Record @state (one entry per member, enum mirror_state) and the
+	 * rebuild checkpoints (member data bytes rebuilt, for members
+	 * rebuilding) durably on every member still in service, as a change
+	 * of roles.  0 when at least one member has it; else -errno.
 	 */
-	int (*record)(void *arg, const uint8_t *state, unsigned int nr);
+	int (*record)(void *arg, const uint8_t *state,
+		      const uint64_t *checkpoint, unsigned int nr);
+	/* Record how far member @m's rebuild got; not a change of roles. */
+	int (*progress)(void *arg, unsigned int m, uint64_t checkpoint);
+	/*
+	 * Put a spare in place of faulty member @m: recorded as rebuilding
+	 * from 0 (docs/format.md, "Rebuild"), its target in *@out.  -ENOENT
+	 * when no spare is left.  Called on the mirror's rebuild thread.
+	 */
+	int (*spare)(void *arg, unsigned int m, struct target **out);
 	/*
 	 * Write the write-intent bitmap (@nr regions, bit r of byte r / 8)
 	 * durably on every active member; 0 when at least one has it.
@@ -334,6 +355,8 @@ struct mirror_hooks {
  * @members: by role; NULL for a member that is missing (its @state must be
  *           MIRROR_FAULTY); on success the mirror owns them
  * @state: each member's state at start (enum mirror_state)
+ * @checkpoint: members rebuilding: member data bytes already rebuilt (may
+ *              be NULL: none)
  * @copies: K (@nr for RAID-1)
  * @size_bytes: the volume's size; every member must hold its share
  * @name: the volume's, for messages
@@ -349,7 +372,8 @@ struct mirror_hooks {
  * copy of every chunk) or -ENOMEM.
  */
 int mirror_target_create(struct target **out, struct target **members,
-			 const uint8_t *state, unsigned int nr,
+			 const uint8_t *state, const uint64_t *checkpoint,
+			 unsigned int nr,
 			 unsigned int copies, uint64_t chunk_bytes,
 			 uint64_t size_bytes, uint64_t data_offset,
 			 const char *name);
@@ -373,6 +397,13 @@ int mirror_bitmap_enable(struct target *t, unsigned int shift);
  * shutdown) still give the same data every time.
  */
 void mirror_read_primary(struct target *t);
+
+/**
+ * mirror_set_checkpoint - where member @m (rebuilding) resumes: lower only
+ * (after an unclean shutdown, back to the first dirty bitmap region).
+ */
+void mirror_set_checkpoint(struct target *t, unsigned int m,
+			   uint64_t checkpoint);
 
 /** mirror_state_get - the current state of every member into @state. */
 void mirror_state_get(struct target *t, uint8_t *state, unsigned int nr);

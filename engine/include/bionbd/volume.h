@@ -28,6 +28,13 @@
 struct volume_config {
 	const char *const *members; /* paths, in member order */
 	unsigned int nr_members;
+	/*
+	 * A mirror's spares: files that take over the role of a member that
+	 * fails (their contents are overwritten).  They must exist, hold no
+	 * superblock, and be large enough.
+	 */
+	const char *const *spares;
+	unsigned int nr_spares;
 	uint64_t chunk_bytes; /* 0 = STRIPE_DEFAULT_CHUNK */
 	uint64_t size_bytes; /* 0 = from the members; else create/extend */
 	bool readonly;

@@ -57,6 +57,8 @@ struct conf_export {
 	char *description; /* NULL = none */
 	char **members;	   /* paths, in member order */
 	unsigned int nr_members;
+	char **spares; /* a mirror's spares (volume_config.spares) */
+	unsigned int nr_spares;
 	uint64_t chunk_bytes; /* stripe unit; STRIPE_DEFAULT_CHUNK unless set */
 	uint64_t size_bytes;  /* 0 = from the members */
 	bool readonly;
