@@ -195,24 +195,6 @@ static int sb_progress(void *arg, unsigned int m, uint64_t checkpoint)
 	return err ? err : -EIO;
 }
 
-static int write_full(int fd, const void *buf, size_t len, uint64_t off)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = pwrite(fd, p, len, (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
-}
-
 /* Past a member's end reads as zeros, as the file target has it. */
 static int read_full(int fd, void *buf, size_t len, uint64_t off)
 {
@@ -250,7 +232,7 @@ static int sb_bitmap_write(void *arg, const uint8_t *bits, uint32_t nr)
 
 		if (sv->fds[i] < 0)
 			continue;
-		e = write_full(sv->fds[i], block, sizeof(block),
+		e = sb_pwrite_full(sv->fds[i], block, sizeof(block),
 			       SB_BITMAP_OFFSET);
 		if (!e && fdatasync(sv->fds[i]))
 			e = -errno;
@@ -300,7 +282,7 @@ static int spare_write(struct sbvol *sv, int fd, unsigned int role,
 				 (uint32_t)(((sb.size_bytes - 1) >>
 					     sb.bitmap_shift) + 1),
 				 block);
-		r = write_full(fd, block, sizeof(block), SB_BITMAP_OFFSET);
+		r = sb_pwrite_full(fd, block, sizeof(block), SB_BITMAP_OFFSET);
 		if (r)
 			return r;
 	}
@@ -423,7 +405,7 @@ static int resync_piece(struct sbvol *sv, const struct mirror_geom *g,
 		r = read_full(sv->fds[member[i]], b, len, moff[i]);
 		if (r || !memcmp(a, b, len))
 			continue;
-		r = write_full(sv->fds[member[i]], a, len, moff[i]);
+		r = sb_pwrite_full(sv->fds[member[i]], a, len, moff[i]);
 		*fixed += len;
 	}
 	if (!r) {

@@ -9,12 +9,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <bionbd/superblock.h>
@@ -330,23 +332,135 @@ int sb_read(int fd, struct superblock *sb, char *why, size_t whylen)
 	return sb_decode(buf, have, sb, why, whylen);
 }
 
-int sb_write(int fd, const struct superblock *sb)
+int sb_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 {
-	uint8_t buf[SB_BYTES];
-	size_t done = 0;
+	const uint8_t *b = buf;
 
-	sb_encode(sb, buf);
-	while (done < sizeof(buf)) {
-		ssize_t n = pwrite(fd, buf + done, sizeof(buf) - done,
-				   (off_t)done);
+	while (len) {
+		ssize_t n = pwrite(fd, b, len, (off_t)off);
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			return n < 0 ? -errno : -EIO;
-		done += (size_t)n;
+		b += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
 	}
-	return fdatasync(fd) ? -errno : 0;
+	return 0;
+}
+
+int sb_write(int fd, const struct superblock *sb)
+{
+	uint8_t buf[SB_BYTES];
+	int r;
+
+	sb_encode(sb, buf);
+	r = sb_pwrite_full(fd, buf, sizeof(buf), 0);
+	if (!r && fdatasync(fd))
+		r = -errno;
+	return r;
+}
+
+/* ---- new volumes ---- */
+
+int sb_member_bytes(const struct superblock *sb, uint64_t *out)
+{
+	struct mirror_geom mg;
+	struct stripe_geom g;
+	int r;
+
+	if (sb_redundant(sb->level))
+		r = mirror_geom_init(&mg, sb->nr_roles, sb->copies,
+				     sb->chunk_bytes) ?:
+			    mirror_member_bytes(&mg, sb->size_bytes, out);
+	else
+		r = stripe_geom_init(&g, sb->nr_roles, sb->chunk_bytes) ?:
+			    stripe_member_bytes(&g, sb->size_bytes, out);
+	if (r)
+		return -EFBIG;
+	return __builtin_add_overflow(*out, sb->data_offset, out) ? -EFBIG : 0;
+}
+
+int sb_new(struct superblock *sb, unsigned int nr,
+	   const struct sb_new_opts *o, char *why, size_t whylen)
+{
+	uint64_t bytes;
+	int r;
+
+	memset(sb, 0, sizeof(*sb));
+	sb->version = SB_VERSION;
+	snprintf(sb->name, sizeof(sb->name), "%s", o->name ? o->name : "");
+	sb->level = o->level;
+	sb->nr_roles = nr;
+	sb->copies = o->level == SB_LEVEL_RAID1 ? nr :
+		     o->level == SB_LEVEL_RAID10 ? (o->copies ? o->copies : 2) :
+						   o->copies;
+	sb->chunk_bytes = o->chunk_bytes;
+	sb->size_bytes = o->size_bytes;
+	sb->data_offset = o->data_offset ? o->data_offset :
+			  o->chunk_bytes > SB_DEFAULT_DATA_OFFSET ?
+							     o->chunk_bytes :
+							     SB_DEFAULT_DATA_OFFSET;
+	if (sb_redundant(o->level))
+		sb->bitmap_shift = sb_bitmap_shift(o->size_bytes);
+	sb->flags = SB_FLAG_CLEAN;
+	sb->events = 1;
+	sb->ctime = sb->utime = (uint64_t)time(NULL);
+	r = sb_uuid_generate(sb->volume_uuid);
+	for (unsigned int i = 0; i < nr && i < SB_MAX_ROLES && !r; i++)
+		r = sb_uuid_generate(sb->roles[i].uuid);
+	if (r) {
+		snprintf(why, whylen, "getrandom: %s", strerror(-r));
+		return r;
+	}
+	sb_set_role(sb, 0);
+	r = sb_check(sb, why, whylen);
+	if (!r && sb_member_bytes(sb, &bytes)) {
+		snprintf(why, whylen, "size %llu does not fit",
+			 (unsigned long long)sb->size_bytes);
+		r = -EFBIG;
+	}
+	return r;
+}
+
+void sb_set_role(struct superblock *sb, unsigned int role)
+{
+	sb->role = role;
+	memcpy(sb->member_uuid, sb->roles[role].uuid, 16);
+}
+
+int sb_zero_range(int fd, uint64_t from, uint64_t to)
+{
+	static const uint8_t zeros[65536];
+	int r = 0;
+
+	if (!fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		       (off_t)from, (off_t)(to - from)))
+		return 0;
+	for (; from < to && !r; from += sizeof(zeros))
+		r = sb_pwrite_full(fd, zeros,
+				   to - from < sizeof(zeros) ? to - from :
+							       sizeof(zeros),
+				   from);
+	return r;
+}
+
+int sb_write_member(int fd, const struct superblock *sb)
+{
+	static const uint8_t clear[SB_BITMAP_BITS / 8];
+	uint8_t block[SB_BITMAP_BYTES];
+	int r = sb_zero_range(fd, SB_BYTES, sb->data_offset);
+
+	/* The bitmap before the superblock whose fdatasync covers both. */
+	if (!r && sb->bitmap_shift) {
+		sb_bitmap_encode(clear,
+				 (uint32_t)(((sb->size_bytes - 1) >>
+					     sb->bitmap_shift) + 1),
+				 block);
+		r = sb_pwrite_full(fd, block, sizeof(block), SB_BITMAP_OFFSET);
+	}
+	return r ?: sb_write(fd, sb);
 }
 
 /* ---- write-intent bitmap ---- */

@@ -506,7 +506,119 @@ static int volume_superblocks(const struct volume_config *cfg,
 			    "size %llu: volume '%s' is %llu bytes in its superblocks",
 			    (unsigned long long)cfg->size_bytes, v->sb.name,
 			    (unsigned long long)v->sb.size_bytes);
+	if (cfg->level_set && cfg->level != v->sb.level)
+		return verr(errbuf, errlen, -EINVAL,
+			    "level %s: volume '%s' is %s in its superblocks",
+			    sb_level_name(cfg->level), v->sb.name,
+			    sb_level_name(v->sb.level));
+	if (cfg->copies && cfg->copies != v->sb.copies)
+		return verr(errbuf, errlen, -EINVAL,
+			    "copies %u: volume '%s' has %u in its superblocks",
+			    cfg->copies, v->sb.name, v->sb.copies);
 	return 0;
+}
+
+/*
+ * A mirror asked for (level = raid1|raid10) over members that have no
+ * superblocks: made here, like bioctl create, when none of them exists
+ * yet and a size is given; refused otherwise, since a mirror without
+ * superblocks could not tell a stale copy from a good one.  *@sb gets the
+ * new volume's superblock (role 0's).
+ */
+static int new_mirror_plan(const struct volume_config *cfg,
+			   struct superblock *sb, char *errbuf, size_t errlen)
+{
+	struct sb_new_opts o = { .name = "", .level = cfg->level,
+				 .copies = cfg->copies,
+				 .chunk_bytes = cfg->chunk_bytes ?
+							cfg->chunk_bytes :
+							STRIPE_DEFAULT_CHUNK,
+				 .size_bytes = cfg->size_bytes };
+	const char *level = sb_level_name(cfg->level);
+	char why[200];
+
+	for (unsigned int i = 0; i < cfg->nr_members; i++)
+		if (!access(cfg->members[i], F_OK))
+			return verr(errbuf, errlen, -EINVAL,
+				    "level %s: member %s has no superblock; "
+				    "make the mirror with bioctl create --level "
+				    "%s, or name members that do not exist yet",
+				    level, cfg->members[i], level);
+	if (!cfg->size_bytes)
+		return verr(errbuf, errlen, -EINVAL,
+			    "level %s: a size is needed to create the "
+			    "mirror's members",
+			    level);
+	if (cfg->copies && cfg->level == SB_LEVEL_RAID1 &&
+	    cfg->copies != cfg->nr_members)
+		return verr(errbuf, errlen, -EINVAL,
+			    "copies %u: raid1 keeps a copy on every member (%u "
+			    "here)",
+			    cfg->copies, cfg->nr_members);
+	if (sb_new(sb, cfg->nr_members, &o, why, sizeof(why)))
+		return verr(errbuf, errlen, -EINVAL, "level %s: %s", level,
+			    why);
+	return 0;
+}
+
+/*
+ * Does @cfg ask for a new mirror?  1 (with *@sb), 0, or -errno with a
+ * message (a mirror asked of headerless members that exist, ...).
+ */
+static int wants_new_mirror(const struct volume_config *cfg,
+			    struct superblock *sb, char *errbuf, size_t errlen)
+{
+	struct sb_volume *v;
+	int r;
+
+	if (!cfg->level_set || !sb_redundant(cfg->level)) {
+		if (cfg->copies && cfg->level_set)
+			return verr(errbuf, errlen, -EINVAL,
+				    "copies %u: only raid1 and raid10 keep "
+				    "copies",
+				    cfg->copies);
+		return 0;
+	}
+	v = malloc(sizeof(*v));
+	if (!v)
+		return verr(errbuf, errlen, -ENOMEM, "out of memory");
+	r = sb_assemble(cfg->members, cfg->nr_members, v, errbuf, errlen);
+	free(v);
+	if (r != -ENOENT)
+		return 0; /* superblocks (or their error): volume_plan's */
+	r = new_mirror_plan(cfg, sb, errbuf, errlen);
+	return r ? r : 1;
+}
+
+/* Create the members of a new mirror; on failure none is left behind. */
+static int new_mirror_create(const struct volume_config *cfg,
+			     struct superblock *sb, char *errbuf,
+			     size_t errlen)
+{
+	unsigned int made = 0;
+	uint64_t bytes;
+	int r = sb_member_bytes(sb, &bytes);
+
+	for (; made < cfg->nr_members && !r; made++) {
+		int fd = open(cfg->members[made],
+			      O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+
+		if (fd < 0) {
+			r = -errno;
+			break;
+		}
+		sb_set_role(sb, made);
+		r = ftruncate(fd, (off_t)bytes) ? -errno :
+						  sb_write_member(fd, sb);
+		close(fd);
+	}
+	if (!r)
+		return 0;
+	verr(errbuf, errlen, r, "member %s: creating the mirror: %s",
+	     cfg->members[made < cfg->nr_members ? made : 0], strerror(-r));
+	while (made--)
+		unlink(cfg->members[made]);
+	return r;
 }
 
 static bool member_in_service(const struct sb_volume *v, unsigned int i)
@@ -749,12 +861,22 @@ int volume_check(const struct volume_config *cfg, char *errbuf,
 {
 	struct member_check *m;
 	struct sb_volume *v = malloc(sizeof(*v));
+	struct volume_config plain = *cfg;
+	struct superblock sb;
 	uint64_t chunk, need;
 	int r;
 
 	if (!v)
 		return verr(errbuf, errlen, -ENOMEM, "out of memory");
-	r = volume_plan(cfg, &m, &chunk, &need, v, errbuf, errlen);
+	r = wants_new_mirror(cfg, &sb, errbuf, errlen);
+	if (r < 0) {
+		free(v);
+		return r;
+	}
+	/* A new mirror: the paths checked as new members of any volume. */
+	if (r)
+		plain.level_set = false;
+	r = volume_plan(&plain, &m, &chunk, &need, v, errbuf, errlen);
 	if (!r)
 		members_free(cfg, m, false);
 	free(v);
@@ -855,13 +977,20 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 					  .no_inline = cfg->no_inline };
 	const char **paths = NULL;
 	struct sb_volume *v = malloc(sizeof(*v));
+	struct superblock newsb;
 	uint64_t chunk, need;
 	bool mirror;
 	int r;
 
 	if (!v)
 		return verr(errbuf, errlen, -ENOMEM, "out of memory");
-	r = volume_plan(cfg, &m, &chunk, &need, v, errbuf, errlen);
+	r = volume_check(cfg, errbuf, errlen);
+	if (!r)
+		r = wants_new_mirror(cfg, &newsb, errbuf, errlen);
+	if (r > 0)
+		r = new_mirror_create(cfg, &newsb, errbuf, errlen);
+	if (!r)
+		r = volume_plan(cfg, &m, &chunk, &need, v, errbuf, errlen);
 	if (r) {
 		free(v);
 		return r;

@@ -22,6 +22,7 @@
 #include <strings.h>
 
 #include <bionbd/config.h>
+#include <bionbd/superblock.h>
 
 /* Larger files are certainly not configuration files. */
 #define CONF_MAX_FILE_BYTES (1u << 20)
@@ -199,6 +200,38 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 		e->size_bytes = v;
 		return 0;
 	}
+	if (!strcmp(key, "level")) {
+		if (!strcmp(value, "raid0"))
+			e->level = SB_LEVEL_RAID0;
+		else if (!strcmp(value, "raid1"))
+			e->level = SB_LEVEL_RAID1;
+		else if (!strcmp(value, "raid10"))
+			e->level = SB_LEVEL_RAID10;
+		else {
+			set_err(errbuf, errlen,
+				"%s=%s: expected raid0, raid1 or raid10", key,
+				value);
+			return -EINVAL;
+		}
+		e->level_set = true;
+		return 0;
+	}
+	if (!strcmp(key, "copies")) {
+		char *end;
+		unsigned long k;
+
+		errno = 0;
+		k = strtoul(value, &end, 10);
+		if (errno || end == value || *end || value[0] == '-' || k < 2 ||
+		    k > SB_MAX_ROLES) {
+			set_err(errbuf, errlen,
+				"%s=%s: expected a number of copies, 2 to %u",
+				key, value, SB_MAX_ROLES);
+			return -EINVAL;
+		}
+		e->copies = (uint32_t)k;
+		return 0;
+	}
 	if (!strcmp(key, "read-only")) {
 		if (conf_parse_bool(value, &b)) {
 			set_err(errbuf, errlen, "%s=%s: expected true or false",
@@ -222,8 +255,8 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 		return conf_set_string(&e->description, value);
 	}
 	set_err(errbuf, errlen,
-		"%s=%s: unknown key (export keys: file, spare, stripe-size, "
-		"size, read-only, description)",
+		"%s=%s: unknown key (export keys: file, spare, level, copies, "
+		"stripe-size, size, read-only, description)",
 		key, value);
 	return -ENOENT;
 }
@@ -257,6 +290,9 @@ void conf_export_volume(const struct conf_export *e, struct volume_config *vc)
 	vc->nr_members = e->nr_members;
 	vc->spares = (const char *const *)e->spares;
 	vc->nr_spares = e->nr_spares;
+	vc->level_set = e->level_set;
+	vc->level = e->level;
+	vc->copies = e->copies;
 	vc->chunk_bytes = e->chunk_bytes;
 	vc->size_bytes = e->size_bytes;
 	vc->readonly = e->readonly;

@@ -52,6 +52,7 @@ struct cmdline {
 	const char *conf_path;
 	const char *stripe_size;
 	const char *size;
+	const char *level, *copies;
 	const char *spares[64]; /* --spare, in order */
 	unsigned int nr_spares;
 	struct flag_setting settings[32];
@@ -88,6 +89,7 @@ static void usage(FILE *f)
 	fputs("Usage: bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-e EXPORTNAME] [--description TEXT] [-P PIDFILE]\n"
 	      "              [--stripe-size SIZE] [--spare FILE]\n"
+	      "              [--level raid0|raid1|raid10] [--copies K]\n"
 	      "              [--size SIZE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
 	      "              [--max-connections N] [--memory SIZE]\n"
@@ -126,6 +128,10 @@ static void usage(FILE *f)
 	      "      --size SIZE        volume size; creates/extends members\n"
 	      "      --spare FILE       a spare for a raid1/raid10 volume: takes\n"
 	      "                         over a member that fails (repeat)\n"
+	      "      --level LEVEL      raid0, raid1 or raid10: must match the\n"
+	      "                         superblocks; new members (with --size)\n"
+	      "                         become a new raid1/raid10 volume\n"
+	      "      --copies K         raid10's copies of each chunk (default 2)\n"
 	      "      --backend NAME     io_uring (default) or threads\n"
 	      "      --poll-us N        busy-poll up to N microseconds for the next\n"
 	      "                         request after replying (adaptive; default\n"
@@ -203,6 +209,8 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "config", required_argument, NULL, 'c' },
 		{ "stripe-size", required_argument, NULL, 'S' },
 		{ "spare", required_argument, NULL, 'Z' },
+		{ "level", required_argument, NULL, 'W' },
+		{ "copies", required_argument, NULL, 'k' },
 		{ "size", required_argument, NULL, 's' },
 		{ "backend", required_argument, NULL, 'b' },
 		{ "poll-us", required_argument, NULL, 'L' },
@@ -241,6 +249,8 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		case 'P': cl->pidfile = optarg; break;
 		case 'c': cl->conf_path = optarg; break;
 		case 'S': cl->stripe_size = optarg; break;
+		case 'W': cl->level = optarg; break;
+		case 'k': cl->copies = optarg; break;
 		case 'Z':
 			if (cl->nr_spares == sizeof(cl->spares) / sizeof(cl->spares[0]))
 				die("--spare %s: more than %zu spares", optarg,
@@ -318,6 +328,10 @@ static void exports_from_cmdline(const struct cmdline *cl)
 		set_export_key(ce, "spare", cl->spares[i]);
 	if (cl->stripe_size)
 		set_export_key(ce, "stripe-size", cl->stripe_size);
+	if (cl->level)
+		set_export_key(ce, "level", cl->level);
+	if (cl->copies)
+		set_export_key(ce, "copies", cl->copies);
 	if (cl->size)
 		set_export_key(ce, "size", cl->size);
 	if (cl->description)
@@ -775,9 +789,9 @@ int main(int argc, char **argv)
 	srv_options_init(&o);
 	if (cl.conf_path) {
 		if (cl.nr_members || cl.nr_spares || cl.stripe_size || cl.size ||
-		    cl.export_name ||
+		    cl.level || cl.copies || cl.export_name ||
 		    cl.description)
-			die("-c %s: member files, --spare, --stripe-size, --size, -e and --description belong in the config file",
+			die("-c %s: member files, --spare, --level, --copies, --stripe-size, --size, -e and --description belong in the config file",
 			    cl.conf_path);
 		if (conf_load(&conf, cl.conf_path, err, sizeof(err)))
 			die("%s", err);

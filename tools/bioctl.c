@@ -159,46 +159,6 @@ static uint64_t fd_bytes(int fd)
 	return (uint64_t)st.st_size;
 }
 
-/* All of @buf at @at, through short writes: 0 or -errno. */
-static int pwrite_all(int fd, const void *buf, size_t len, uint64_t at)
-{
-	const uint8_t *b = buf;
-
-	while (len) {
-		ssize_t w = pwrite(fd, b, len, (off_t)at);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		b += w;
-		at += (uint64_t)w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
-/* Zero [from, to) of a member: bytes a later format may give a meaning. */
-static int zero_range(int fd, uint64_t from, uint64_t to)
-{
-	static const uint8_t zeros[65536];
-
-	if (!fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-		       (off_t)from, (off_t)(to - from)))
-		return 0;
-	while (from < to) {
-		size_t n = to - from < sizeof(zeros) ? to - from : sizeof(zeros);
-		ssize_t w = pwrite(fd, zeros, n, (off_t)from);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -errno;
-		from += (uint64_t)w;
-	}
-	return 0;
-}
-
 /*
  * The servers hold an exclusive flock(2) on the members of a writable
  * self-describing volume; create and convert take the same, so neither
@@ -230,34 +190,6 @@ struct create_opts {
 };
 
 /*
- * A new mirror's write-intent bitmap, every region clean: the members
- * hold nothing yet that could differ, so the first start resyncs nothing.
- */
-static int write_clean_bitmap(int fd, uint64_t size, unsigned int shift)
-{
-	static const uint8_t bits[SB_BITMAP_BITS / 8];
-	uint8_t block[SB_BITMAP_BYTES];
-	uint64_t regions = ((size - 1) >> shift) + 1;
-
-	sb_bitmap_encode(bits, (uint32_t)regions, block);
-	return pwrite_all(fd, block, sizeof(block), SB_BITMAP_OFFSET);
-}
-
-/*
- * A member's first D bytes as a new member has them: zeros (reserved), a
- * mirror's all-clear bitmap, and @sb.  The bitmap goes before the
- * superblock that points at it; the superblock's fdatasync covers both.
- */
-static int write_member_header(int fd, const struct superblock *sb)
-{
-	int r = zero_range(fd, SB_BYTES, sb->data_offset);
-
-	if (!r && sb->bitmap_shift)
-		r = write_clean_bitmap(fd, sb->size_bytes, sb->bitmap_shift);
-	return r ?: sb_write(fd, sb);
-}
-
-/*
  * The superblocks of a new volume, role i on @fds[i]: the last step of
  * create and of convert.  Returns 0, or 1 with the message printed.
  */
@@ -265,33 +197,20 @@ static int write_superblocks(const int *fds, char **paths, int n,
 			     const struct create_opts *o, uint64_t size,
 			     const char *verb)
 {
-	struct superblock sb = { 0 };
-	char u[37];
+	struct sb_new_opts no = { .name = o->name, .level = o->level,
+				  .copies = o->copies, .chunk_bytes = o->chunk,
+				  .size_bytes = size,
+				  .data_offset = o->data_offset };
+	struct superblock sb;
+	char u[37], why[256];
+	int r;
 
-	sb.version = SB_VERSION;
-	snprintf(sb.name, sizeof(sb.name), "%s", o->name);
-	sb.level = o->level;
-	sb.copies = o->copies;
-	if (sb_redundant(o->level))
-		sb.bitmap_shift = sb_bitmap_shift(size);
-	sb.nr_roles = (uint32_t)n;
-	sb.flags = SB_FLAG_CLEAN;
-	sb.chunk_bytes = o->chunk;
-	sb.size_bytes = size;
-	sb.data_offset = o->data_offset;
-	sb.events = 1;
-	sb.ctime = sb.utime = (uint64_t)time(NULL);
-	if (sb_uuid_generate(sb.volume_uuid))
-		return fail("getrandom: %s", strerror(errno));
-	for (int i = 0; i < n; i++)
-		if (sb_uuid_generate(sb.roles[i].uuid))
-			return fail("getrandom: %s", strerror(errno));
+	r = sb_new(&sb, (unsigned int)n, &no, why, sizeof(why));
+	if (r)
+		return fail("%s", why);
 	for (int i = 0; i < n; i++) {
-		int r;
-
-		sb.role = (uint32_t)i;
-		memcpy(sb.member_uuid, sb.roles[i].uuid, 16);
-		r = write_member_header(fds[i], &sb);
+		sb_set_role(&sb, (unsigned int)i);
+		r = sb_write_member(fds[i], &sb);
 		if (r)
 			return fail("member %s: writing the superblock: %s",
 				    paths[i], strerror(-r));
@@ -1318,7 +1237,7 @@ static int cv_save(int fd, uint64_t at, const struct cv_state *c)
 	int r;
 
 	cv_encode(c, b);
-	r = pwrite_all(fd, b, sizeof(b), at);
+	r = sb_pwrite_full(fd, b, sizeof(b), at);
 	return r ?: (fdatasync(fd) ? -errno : 0);
 }
 
@@ -1523,7 +1442,7 @@ static int do_convert(const struct convert_opts *o, char **paths, int n)
 	 * Done: the checkpoint goes (it lies past the volume's data), and the
 	 * room it took when convert made it.
 	 */
-	if (zero_range(fds[0], state_at, state_at + SB_BYTES) ||
+	if (sb_zero_range(fds[0], state_at, state_at + SB_BYTES) ||
 	    (state_at == member_bytes + co->data_offset &&
 	     ftruncate(fds[0], (off_t)state_at)))
 		fail("member %s: could not clear the checkpoint (harmless: "
@@ -1937,7 +1856,7 @@ static int rb_start(struct rebuild *rb)
 	memcpy(nsb->member_uuid, role->uuid, 16);
 	nsb->flags = rb->v.clean ? SB_FLAG_CLEAN : 0;
 	nsb->utime = (uint64_t)time(NULL);
-	r = write_member_header(rb->new.fd, nsb);
+	r = sb_write_member(rb->new.fd, nsb);
 	if (r)
 		return fail("%s: writing the superblock: %s", rb->new.path,
 			    strerror(-r));
@@ -2039,7 +1958,7 @@ static int rb_row(struct rebuild *rb, uint64_t x, uint8_t *buf,
 
 		if (rb_read(rb, k, o, buf, n))
 			return 1;
-		r = pwrite_all(rb->new.fd, buf, n, sb->data_offset + x * c + o);
+		r = sb_pwrite_full(rb->new.fd, buf, n, sb->data_offset + x * c + o);
 		if (r)
 			return fail("%s: writing %" PRIu64 " bytes at offset %"
 				    PRIu64 ": %s", rb->new.path, n,

@@ -313,7 +313,8 @@ stripe_member() {
 #                            its runtime (nbdkit) is installed (else skip)
 #   start_server [-r] [--stripe-size S] [--size S] [--backend B]
 #                [--conf FILE] [--export NAME] [--threads N]
-#                [--async-min SIZE] [--sendfile-min SIZE] [--spare FILE] [--]
+#                [--async-min SIZE] [--sendfile-min SIZE] [--spare FILE]
+#                [--level LEVEL] [--copies K] [--]
 #                [MEMBER...]
 #                            serve on a unix socket in $tmp, in the
 #                            background (stopped at exit); returns once it
@@ -373,7 +374,7 @@ nbd_uri() {
 # in the array _cmd.
 _server_cmd() {
     local sock=$1 pidfile=$2 ro='' chunk='' size='' be='' conf='' export='' arg
-    local threads='' async='' sendfile=''
+    local threads='' async='' sendfile='' level='' copies=''
     shift 2
     local mem=() spares=()
     while [[ $# -gt 0 ]]; do
@@ -386,6 +387,8 @@ _server_cmd() {
         --export) export=$2; shift ;;
         --threads) threads=$2; shift ;;
         --spare) spares+=("$2"); shift ;;
+        --level) level=$2; shift ;;
+        --copies) copies=$2; shift ;;
         --async-min) async=$2; shift ;;
         --sendfile-min) sendfile=$2; shift ;;
         --) shift; mem+=("$@"); break ;;
@@ -402,6 +405,8 @@ _server_cmd() {
         _cmd+=("$BIO_PLUGIN")
         for arg in "${mem[@]}"; do _cmd+=("file=$arg"); done
         for arg in "${spares[@]}"; do _cmd+=("spare=$arg"); done
+        [[ -z $level ]] || _cmd+=("level=$level")
+        [[ -z $copies ]] || _cmd+=("copies=$copies")
         [[ -z $chunk ]] || _cmd+=("stripe-size=$chunk")
         [[ -z $size ]] || _cmd+=("size=$size")
         [[ -z $be ]] || _cmd+=("backend=$be")
@@ -420,6 +425,8 @@ _server_cmd() {
         [[ -z $async ]] || _cmd+=(--async-min "$async")
         [[ -z $sendfile ]] || _cmd+=(--sendfile-min "$sendfile")
         for arg in "${spares[@]}"; do _cmd+=(--spare "$arg"); done
+        [[ -z $level ]] || _cmd+=(--level "$level")
+        [[ -z $copies ]] || _cmd+=(--copies "$copies")
         _cmd+=("${mem[@]}")
         ;;
     esac

@@ -18,6 +18,11 @@
 # is never read back) until rebuilt, and bioctl info says so.  Spares are
 # refused in one line: on a raid0, too small, holding a superblock, a
 # member itself, missing (on the command line and in a config file).
+# level = raid10 / copies = 2 (config) and --level (command line) over
+# members that do not exist yet make a new mirror (layout checked, data
+# read back through another member order); a level or copies that
+# disagree with the superblocks, a mirror asked of headerless members or
+# without a size, and copies on raid0 are refused in one line.
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -172,4 +177,41 @@ spare = small
 EOF2
 server_refuses_once --conf spare.conf
 expect_grep "spare (.*/)?small: 4194304 bytes" "$SERVER_ERR"
+log "level in the config and on the command line: a new mirror, or agreement"
+cat >new.conf <<EOF2 || die "new.conf"
+[export fresh]
+level = raid10
+copies = 2
+size = 32M
+file = n0
+file = n1
+file = n2
+file = n3
+EOF2
+start_server --conf new.conf
+nbdcopy src "nbd+unix:///fresh?socket=$NBD_SOCK" || die "nbdcopy into the new mirror"
+stop_server
+"$BIOCTL" info n0 n1 n2 n3 >info.txt || die "bioctl info of the new mirror: exit $?"
+expect_grep "level raid10, 2 copies" info.txt
+layout 4 2 n0 n1 n2 n3
+start_server --level raid10 --copies 2 n3 n2 n1 n0
+nbdcopy "$NBD_URI" back || die "nbdcopy out"
+stop_server
+cmp src back || die "the new mirror read back differs"
+start_server --level raid1 --size 16M x0 x1
+stop_server
+"$BIOCTL" info x0 x1 >info.txt || die "bioctl info x0 x1: exit $?"
+expect_grep "level raid1, 2 copies" info.txt
+truncate -s 16M h0 h1
+server_refuses_once --level raid1 h0 h1
+expect_grep "level raid1: member (.*/)?h0 has no superblock; make the mirror with bioctl create" "$SERVER_ERR"
+server_refuses_once --level raid1 y0 y1
+expect_grep "level raid1: a size is needed" "$SERVER_ERR"
+[[ ! -e y0 && ! -e y1 ]] || die "a refused new mirror left files"
+server_refuses_once --level raid1 n0 n1 n2 n3
+expect_grep "level raid1: volume '' is raid10 in its superblocks" "$SERVER_ERR"
+server_refuses_once --copies 3 n0 n1 n2 n3
+expect_grep "copies 3: volume .* has 2 in its superblocks" "$SERVER_ERR"
+server_refuses_once --level raid0 --copies 2 --size 16M z0 z1
+expect_grep "copies 2: only raid1 and raid10 keep copies" "$SERVER_ERR"
 log ok

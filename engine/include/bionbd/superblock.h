@@ -127,6 +127,49 @@ void sb_bitmap_encode(const uint8_t *bits, uint32_t nr_regions,
 		      uint8_t out[SB_BITMAP_BYTES]);
 int sb_bitmap_decode(const uint8_t *buf, uint32_t nr_regions, uint8_t *bits);
 
+/** sb_pwrite_full - all of @buf at @off, through short writes: 0 or -errno. */
+int sb_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
+
+/**
+ * sb_zero_range - zero [@from, @to) of a member (punched, or written):
+ * reserved bytes a later format may give a meaning.  0 or -errno.
+ */
+int sb_zero_range(int fd, uint64_t from, uint64_t to);
+
+/* What a new volume is (bioctl create; a config's level = raid1). */
+struct sb_new_opts {
+	const char *name;
+	uint32_t level; /* enum sb_level */
+	uint32_t copies; /* raid1: N (0 = N); raid10: K (0 = 2); raid0: 0 */
+	uint64_t chunk_bytes;
+	uint64_t size_bytes;
+	uint64_t data_offset; /* 0: SB_DEFAULT_DATA_OFFSET, or the chunk */
+};
+
+/**
+ * sb_new - the superblock of a new volume of @nr members, as role 0 has
+ * it (sb_set_role for the others): fresh UUIDs, event counter 1, the
+ * clean flag, and a bitmap for a mirror.  -EINVAL, with @why, when the
+ * options do not make a valid volume; -errno from getrandom.
+ */
+int sb_new(struct superblock *sb, unsigned int nr,
+	   const struct sb_new_opts *o, char *why, size_t whylen);
+
+/** sb_set_role - make @sb the superblock of role @role. */
+void sb_set_role(struct superblock *sb, unsigned int role);
+
+/**
+ * sb_member_bytes - the bytes each member of @sb's volume needs (data
+ * offset included).  0 or -EFBIG.
+ */
+int sb_member_bytes(const struct superblock *sb, uint64_t *out);
+
+/**
+ * sb_write_member - a new member's first data-offset bytes: zeros (the
+ * reserved area), a mirror's all-clear bitmap, then @sb, synced.
+ */
+int sb_write_member(int fd, const struct superblock *sb);
+
 /* A volume assembled from its members' superblocks. */
 struct sb_volume {
 	struct superblock sb; /* the newest (highest event counter) */

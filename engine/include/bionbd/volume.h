@@ -35,6 +35,16 @@ struct volume_config {
 	 */
 	const char *const *spares;
 	unsigned int nr_spares;
+	/*
+	 * The level asked for (enum sb_level), when @level_set: members with
+	 * superblocks must agree; headerless members that do not exist yet
+	 * become a new self-describing mirror (a size is needed); existing
+	 * headerless ones are refused for a mirror.  @copies (raid10's K; 0 =
+	 * 2, or the superblocks') likewise.
+	 */
+	bool level_set;
+	uint32_t level;
+	uint32_t copies;
 	uint64_t chunk_bytes; /* 0 = STRIPE_DEFAULT_CHUNK */
 	uint64_t size_bytes; /* 0 = from the members; else create/extend */
 	bool readonly;

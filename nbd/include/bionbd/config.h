@@ -59,6 +59,9 @@ struct conf_export {
 	unsigned int nr_members;
 	char **spares; /* a mirror's spares (volume_config.spares) */
 	unsigned int nr_spares;
+	bool level_set; /* level = raid0|raid1|raid10 given */
+	uint32_t level; /* enum sb_level */
+	uint32_t copies; /* copies = K; 0 = not given */
 	uint64_t chunk_bytes; /* stripe unit; STRIPE_DEFAULT_CHUNK unless set */
 	uint64_t size_bytes;  /* 0 = from the members */
 	bool readonly;
