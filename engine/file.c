@@ -202,6 +202,13 @@ static int file_iomap(struct target *t, uint64_t off, uint64_t len,
 
 	if (!ft->inline_io)
 		return -EOPNOTSUPP;
+	if (ft->eof_error) {
+		struct stat st;
+
+		/* sendfile would send zeros past the end: say it instead. */
+		if (fstat(ft->fd, &st) || (uint64_t)st.st_size < off + len)
+			return -EIO;
+	}
 	*m = (struct target_iomap){ .fd = ft->fd, .file_offset = off,
 				    .length = len };
 	if (!(flags & TARGET_IOMAP_HOLE))
@@ -244,6 +251,7 @@ int file_target_open(struct target **out, const char *path,
 		return -ENOMEM;
 	ft->t.ops = &file_target_ops;
 	ft->readonly = opts->readonly;
+	ft->eof_error = opts->eof_error;
 	ft->t.name = strdup(path);
 	if (!ft->t.name) {
 		r = -ENOMEM;

@@ -216,7 +216,7 @@ static int sync_rw(struct file_target *ft, const struct bio *bio)
 			return -errno;
 		}
 		if (r == 0) {
-			if (write)
+			if (write || ft->eof_error)
 				return -EIO;
 			bio_iter_zero(bio, iter); /* past EOF reads as zeros */
 			return 0;

@@ -35,6 +35,7 @@ struct file_target {
 	bool is_blockdev;
 	bool readonly;
 	bool inline_io; /* memory-backed: do the I/O in the submitter */
+	bool eof_error; /* file_target_opts.eof_error */
 };
 
 static inline struct file_target *to_file_target(struct target *t)

@@ -647,11 +647,19 @@ static int mirror_iomap(struct target *t, uint64_t off, uint64_t len,
 	if (!mirror_raid1(mt) && len > left)
 		len = left;
 	for (unsigned int i = 0; i < mt->g.copies; i++) {
+		struct target *mem;
+		int r;
+
 		mirror_map(&mt->g, off, (start + i) % mt->g.copies, &member,
 			   &moff);
-		if (mirror_live(mt, member))
-			return target_iomap(mt->members[member], moff, len,
-					    flags, m);
+		if (!mirror_live(mt, member))
+			continue;
+		mem = mt->members[member];
+		r = target_iomap(mem, moff, len, flags, m);
+		if (r != -EIO)
+			return r;
+		/* Cut short behind our back: as a failed read would. */
+		(void)mirror_fail(mt, member, mem, REQ_OP_READ, moff, r);
 	}
 	return -EIO;
 }

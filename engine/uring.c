@@ -328,7 +328,7 @@ static void rq_complete(struct uring_ioq *uq, struct uring_rq *rq, int res)
 			return;
 		}
 		if (unlikely(res == 0)) {
-			if (bio_op(bio) == REQ_OP_WRITE) {
+			if (bio_op(bio) == REQ_OP_WRITE || rq->ft->eof_error) {
 				rq_end(uq, rq, -EIO);
 				return;
 			}

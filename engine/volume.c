@@ -996,6 +996,11 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 		return r;
 	}
 	mirror = v->nr && sb_redundant(v->sb.level);
+	/*
+	 * A mirror's members were checked for size: a read that meets the
+	 * end now is a member cut short, to be answered from another copy.
+	 */
+	fopts.eof_error = mirror;
 	n = v->nr ? v->sb.nr_roles : n;
 	t = calloc(n, sizeof(*t));
 	paths = calloc(n, sizeof(*paths));

@@ -11,11 +11,15 @@
 # before (cleared by the daemon) not; a copy made to differ inside a dirty
 # region is found and rewritten by the resync at restart (the log says
 # how much), the data written and flushed before the kill reads back, and
-# bioctl check finds every copy identical; with one member's bitmap block
+# bioctl check finds every copy identical; the same with raid10 killed
+# while fio writes over 4 connections; with one member's bitmap block
 # destroyed, the resync covers every region.  Degraded: with a member file
 # gone the volume starts degraded (records the role faulty), serves, and
 # the member brought back is stale: it stays out of service (its old data
-# is never read back) until rebuilt, and bioctl info says so.  Spares are
+# is never read back) until rebuilt, and bioctl info says so.  A member
+# file cut short while served (on the page cache, and on tmpfs where reads
+# go out with sendfile): every read still returns the data, from the other
+# copy, and the member is recorded faulty.  Spares are
 # refused in one line: on a raid0, too small, holding a superblock, a
 # member itself, missing (on the command line and in a config file).
 # level = raid10 / copies = 2 (config) and --level (command line) over
@@ -27,6 +31,8 @@ source "$(dirname "$0")/functions.sh"
 
 requires_server
 requires nbdcopy
+requires fio
+fio --enghelp=nbd >/dev/null 2>&1 || skip "fio has no nbd engine"
 [[ -x $BIOCTL ]] || die "$BIOCTL not built"
 make_tmpdir
 cd "$tmp"
@@ -117,6 +123,32 @@ cmp src back || die "data after kill -9 and resync differs"
 expect_ok "$BIOCTL" check "$@"
 [[ -z $(bits raid1-2-0) ]] || die "bitmap not clear after a clean stop"
 
+log "kill -9 in the middle of writes (raid10): resync, flushed data intact"
+set -- raid10-4-0 raid10-4-1 raid10-4-2 raid10-4-3
+start_server "$@"
+nbdcopy src "$NBD_URI" || die "nbdcopy in"  # flushed when it ends
+fio --name=crash --ioengine=nbd --uri="$NBD_URI" --rw=randwrite \
+    --bsrange=4k-256k --iodepth=16 --numjobs=4 --offset=16M --size=16M \
+    --time_based --runtime=20 >fio-crash.out 2>&1 &
+fio_pid=$!
+sleep 2
+kill -9 "$SERVER_PID"
+wait "$SERVER_PID" 2>/dev/null || :
+SERVER_PID=
+wait "$fio_pid" 2>/dev/null || :
+grep -q "WRITE: bw=" fio-crash.out || grep -q "io_u error\|Connection\|Transport" fio-crash.out ||
+    { cat fio-crash.out >&2; die "fio wrote nothing before the kill"; }
+rm -f "$NBD_SOCK"
+start_server "$@"
+if [[ $SERVER == bionbd ]]; then
+    expect_grep "resync after an unclean shutdown \(regions in the write-intent bitmap\)" "$SERVER_LOG"
+fi
+nbdcopy "$NBD_URI" back || die "nbdcopy out after the crash"
+stop_server
+cmp -n $((16 * MiB)) src back || die "data flushed before the kill -9 differs"
+expect_ok "$BIOCTL" check "$@"
+set -- raid1-2-0 raid1-2-1
+
 log "kill -9 with a destroyed bitmap block: every region resynced"
 start_server "$@"
 kill -9 "$SERVER_PID"
@@ -155,6 +187,32 @@ done
 stop_server
 cmp <(tail -c +$((MiB + 1)) raid1-2-1 | head -c $((32 * MiB))) src ||
     die "the stale member was written to"
+# A member file cut short while served (as a disk that starts returning
+# short reads): the reads it cannot answer come from the other copy and it
+# is marked faulty; on the page cache and on tmpfs (where bionbd sends
+# reads with sendfile).
+cut_member() {
+    local dir=$1
+    log "a member cut short while served ($dir)"
+    expect_ok "$BIOCTL" create --level raid1 --size 32M "$dir/c0" "$dir/c1"
+    start_server "$dir/c0" "$dir/c1"
+    nbdcopy src "$NBD_URI" || die "nbdcopy in"
+    truncate -s $((2 * MiB)) "$dir/c1"
+    for i in 1 2; do
+        nbdcopy "$NBD_URI" back || die "nbdcopy out with a member cut"
+        cmp src back || die "read $i with a member cut short differs"
+    done
+    if [[ $SERVER == bionbd ]]; then
+        expect_grep "member $dir/c1 \(role 1\) marked faulty after a read error" "$SERVER_LOG"
+    fi
+    stop_server
+    "$BIOCTL" info "$dir/c0" "$dir/c1" >info.txt || die "bioctl info: exit $?"
+    expect_grep "role 1: $dir/c1, (faulty|stale)" info.txt
+}
+cut_member "$tmp"
+make_shmdir 128M
+cut_member "$shm"
+
 log "spares: what is refused, in one line"
 expect_ok "$BIOCTL" create --size 8M r0a r0b
 truncate -s 64M big

@@ -168,13 +168,21 @@ struct file_target_opts {
 	bool readonly;
 	bool direct; /* O_DIRECT: buffers and offsets must be 512-aligned */
 	bool no_inline; /* use the backend even on tmpfs/ramfs (see ioq.h) */
+	/*
+	 * A read that meets the end of the file fails with -EIO instead of
+	 * reading zeros: for members whose size was checked at open (those
+	 * of a self-describing volume), a shorter file now means it was cut
+	 * behind the server's back, and a mirror must take the data from
+	 * another copy rather than serve zeros.
+	 */
+	bool eof_error;
 };
 
 /**
  * file_target_open - a target backed by one existing file or block device
  *
- * Reads past the end of a regular file return zeros, so a short sparse
- * member works.  Returns 0 or -errno (*out untouched on error).
+ * Reads past the end of a regular file return zeros (unless eof_error),
+ * so a short sparse member works.  Returns 0 or -errno (*out untouched on error).
  */
 int file_target_open(struct target **out, const char *path,
 		     const struct file_target_opts *opts);
