@@ -621,6 +621,17 @@ static int new_mirror_create(const struct volume_config *cfg,
 	return r;
 }
 
+/*
+ * Is role @role opened?  Active ones are; a rebuilding one only to go on
+ * rebuilding, which a read-only volume does not do (it never writes).
+ */
+static bool role_used(const struct sb_volume *v, unsigned int role,
+		      bool readonly)
+{
+	return v->state[role] == SB_ROLE_ACTIVE ||
+	       (v->state[role] == SB_ROLE_REBUILDING && !readonly);
+}
+
 static bool member_in_service(const struct sb_volume *v, unsigned int i)
 {
 	for (unsigned int role = 0; role < v->sb.nr_roles; role++)
@@ -1014,7 +1025,7 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 	 */
 	for (i = 0; i < n; i++)
 		paths[i] = !v->nr ? cfg->members[i] :
-			   v->state[i] == SB_ROLE_FAULTY ? NULL :
+			   !role_used(v, i, cfg->readonly) ? NULL :
 			   cfg->members[v->order[i]];
 
 	/* Everything checked: now create and extend. */
@@ -1044,7 +1055,7 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 		for (i = 0; i < n; i++) {
 			state[i] = v->state[i] == SB_ROLE_ACTIVE ?
 					   MIRROR_ACTIVE :
-				   v->state[i] == SB_ROLE_REBUILDING ?
+				   role_used(v, i, cfg->readonly) ?
 					   MIRROR_REBUILDING :
 					   MIRROR_FAULTY;
 			cp[i] = v->sb.roles[i].checkpoint;
