@@ -19,7 +19,9 @@
 # is never read back) until rebuilt, and bioctl info says so.  A member
 # file cut short while served (on the page cache, and on tmpfs where reads
 # go out with sendfile): every read still returns the data, from the other
-# copy, and the member is recorded faulty.  Spares are
+# copy, and the member is recorded faulty.  A rebuild stopped half-way
+# (bioctl rebuild interrupted) is finished by the server from its
+# checkpoint, and the rebuilt member alone holds all the data.  Spares are
 # refused in one line: on a raid0, too small, holding a superblock, a
 # member itself, missing (on the command line and in a config file).
 # level = raid10 / copies = 2 (config) and --level (command line) over
@@ -212,6 +214,49 @@ cut_member() {
 cut_member "$tmp"
 make_shmdir 128M
 cut_member "$shm"
+
+# A rebuild stopped half-way (bioctl rebuild --max-rate, interrupted)
+# is resumed by the server at the checkpoint the superblocks hold, and the
+# rebuilt member alone then holds all the data.
+log "a rebuild stopped half-way: the server resumes it at its checkpoint"
+expect_ok "$BIOCTL" create --level raid1 --size 32M rs0 rs1
+start_server rs0 rs1
+nbdcopy src "$NBD_URI" || die "nbdcopy in"
+stop_server
+rm rs1
+"$BIOCTL" rebuild --max-rate 8M rs0 --replace rs1 rs2 >rebuild.out 2>&1 &
+rb_pid=$!
+cp=0
+for ((i = 0; i < 100; i++)); do
+    "$BIOCTL" info --json rs0 rs2 >info.json 2>/dev/null || :
+    cp=$(/usr/bin/python3 -c '
+import json
+js = json.load(open("info.json"))
+print(max([r.get("checkpoint", 0) or 0 for r in js["volume"].get("roles", [])] + [0]))' 2>/dev/null || echo 0)
+    ((cp > 0)) && break
+    sleep 0.1
+done
+kill -INT "$rb_pid"
+wait "$rb_pid" && die "bioctl rebuild was not interrupted"
+((cp > 0)) || { cat rebuild.out >&2; die "no rebuild checkpoint recorded"; }
+start_server rs0 rs2
+state=''
+for ((i = 0; i < 200; i++)); do
+    "$BIOCTL" info rs0 rs2 >info.txt 2>&1 || :
+    state=$(sed -n "s|^role 1: rs2, ||p" info.txt)
+    [[ $state == active ]] && break
+    sleep 0.1
+done
+[[ $state == active ]] || { cat info.txt >&2; die "the server did not finish the rebuild ($state)"; }
+if [[ $SERVER == bionbd ]]; then
+    expect_grep "rebuilding member (.*/)?rs2 \(role 1\) from [1-9][0-9]* of 32 MiB" "$SERVER_LOG"
+fi
+stop_server
+rm rs0
+start_server rs2
+nbdcopy "$NBD_URI" back || die "nbdcopy out of the rebuilt member alone"
+stop_server
+cmp src back || die "the member rebuilt in two goes differs"
 
 log "spares: what is refused, in one line"
 expect_ok "$BIOCTL" create --size 8M r0a r0b
