@@ -338,17 +338,11 @@ static struct ioq *rebuild_ioq(void)
 static void *rebuild_main(void *arg)
 {
 	struct mirror_target *mt = arg;
-	struct ioq *q = rebuild_ioq();
+	struct ioq *q = NULL; /* made at the first work: an idle mirror's
+			       * thread holds no ring */
 	bool takeover;
 	int m;
 
-	if (!q) {
-		target_notice(TARGET_NOTICE_ERROR,
-			      "volume '%s': no I/O queue for the rebuild",
-			      mt->t.name);
-		return NULL;
-	}
-	ioq_set_current(q);
 	pthread_mutex_lock(&mt->lock);
 	while (!mt->rb.stop) {
 		m = next_work(mt, &takeover);
@@ -361,6 +355,17 @@ static void *rebuild_main(void *arg)
 			continue;
 		}
 		pthread_mutex_unlock(&mt->lock);
+		if (!q) {
+			q = rebuild_ioq();
+			if (!q) {
+				target_notice(TARGET_NOTICE_ERROR,
+					      "volume '%s': no I/O queue for "
+					      "the rebuild",
+					      mt->t.name);
+				return NULL;
+			}
+			ioq_set_current(q);
+		}
 		rebuild_member(mt, (unsigned int)m);
 		/*
 		 * Still rebuilding and not stopping: it failed for good (no
@@ -377,8 +382,10 @@ static void *rebuild_main(void *arg)
 			mt->rb.no_spare = true;
 	}
 	pthread_mutex_unlock(&mt->lock);
-	ioq_set_current(NULL);
-	ioq_destroy(q);
+	if (q) {
+		ioq_set_current(NULL);
+		ioq_destroy(q);
+	}
 	return NULL;
 }
 
