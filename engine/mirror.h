@@ -14,11 +14,6 @@
 
 #define MIRROR_MAX_MEMBERS 64
 
-struct mirror_busy {
-	atomic_uint n; /* reads in flight on the member */
-	char pad[64 - sizeof(atomic_uint)];
-};
-
 /*
  * The volume cut into regions of 2^shift bytes (the bitmap's, when there
  * is one).  Every write counts itself in (inflight, and gen once more)
@@ -81,7 +76,6 @@ struct mirror_target {
 	struct mirror_hooks hooks;
 	_Atomic uint8_t state[MIRROR_MAX_MEMBERS];
 	uint64_t checkpoint[MIRROR_MAX_MEMBERS]; /* rebuilding; under lock */
-	struct mirror_busy busy[MIRROR_MAX_MEMBERS];
 	/*
 	 * A member's target changes only when a spare takes over its role,
 	 * before its state turns MIRROR_REBUILDING (release): whoever reads

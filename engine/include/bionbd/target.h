@@ -371,7 +371,7 @@ struct mirror_hooks {
  *
  * Writes go to every live copy and succeed when at least one did and the
  * copies that failed were marked faulty first (through @hooks); reads go
- * to one live copy (the least busy) and move to another when one fails.
+ * to one live copy (in turn) and move to another when one fails.
  * A member marked faulty is never read or written again.  When a failure
  * would leave some data without a live copy, the member is not marked:
  * the volume fails instead, and every later write ends with -EIO.
