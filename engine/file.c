@@ -202,15 +202,8 @@ static int file_iomap(struct target *t, uint64_t off, uint64_t len,
 
 	if (!ft->inline_io)
 		return -EOPNOTSUPP;
-	if (ft->eof_error) {
-		struct stat st;
-
-		/* sendfile would send zeros past the end: say it instead. */
-		if (fstat(ft->fd, &st) || (uint64_t)st.st_size < off + len)
-			return -EIO;
-	}
 	*m = (struct target_iomap){ .fd = ft->fd, .file_offset = off,
-				    .length = len };
+				    .length = len, .src = t };
 	if (!(flags & TARGET_IOMAP_HOLE))
 		return 0;
 	/*
@@ -219,9 +212,18 @@ static int file_iomap(struct target *t, uint64_t off, uint64_t len,
 	 * to the next hole, however far.  ENXIO: no data from @off to EOF.
 	 */
 	data = lseek(ft->fd, (off_t)off, SEEK_DATA);
-	if (data < 0 && errno == ENXIO)
+	if (data < 0 && errno == ENXIO) {
+		struct stat st;
+
+		/*
+		 * No data up to the end: a hole, unless the end comes before
+		 * the range does and must not (a member cut short).
+		 */
+		if (ft->eof_error &&
+		    (fstat(ft->fd, &st) || (uint64_t)st.st_size < off + len))
+			return -EIO;
 		m->hole = true;
-	else if (data > (off_t)off) {
+	} else if (data > (off_t)off) {
 		m->hole = true;
 		if ((uint64_t)data - off < len)
 			m->length = (uint64_t)data - off;

@@ -192,6 +192,7 @@ struct mirror_io {
 	unsigned int ok;
 	int err; /* reads: the last copy's error */
 	uint64_t tried; /* reads: members tried */
+	unsigned int start; /* reads: the copy index to try first */
 	struct target *cur; /* reads: the target of the copy in flight */
 	unsigned int nr_legs;
 	struct mirror_leg legs[];
@@ -454,26 +455,23 @@ static void read_endio(struct bio *clone)
 }
 
 /*
- * Send the read to the next live copy not tried yet, in turn (per thread:
- * one stream at a low depth uses every copy).  Measured against the copy
- * with the fewest reads in flight (bench/mirror, tmpfs, 2 CPUs): the turn
- * was as fast on raid1 and faster on raid10, whose shared in-flight
- * counters cost two atomic operations per read on lines every worker
- * touches, to balance members that were never busy.
+ * Send the read to the next live copy not tried yet, from the copy the
+ * request was given (mirror_submit) on.  Taking the live copies in turn
+ * measured faster than choosing the copy with the fewest reads in flight
+ * (bench/mirror, tmpfs, 2 CPUs): as fast on raid1, faster on raid10,
+ * where shared in-flight counters cost two atomic operations per read on
+ * lines every worker touches, to balance members that were never busy.
  */
 static void read_next(struct mirror_io *io)
 {
-	static __thread unsigned int turn;
 	struct mirror_target *mt = io->mt;
 	const struct mirror_geom *g = &mt->g;
 	struct bio *bio = io->bio, *clone;
 	uint64_t off = bio_offset_bytes(bio), moff, best_off = 0;
-	unsigned int best = ~0u, start = turn++, m;
+	unsigned int best = ~0u, m;
 
-	if (mt->primary_reads)
-		start = 0;
 	for (unsigned int i = 0; i < g->copies; i++) {
-		mirror_map(g, off, (start + i) % g->copies, &m, &moff);
+		mirror_map(g, off, (io->start + i) % g->copies, &m, &moff);
 		if (!(io->tried >> m & 1) && mirror_live(mt, m)) {
 			best = m;
 			best_off = moff;
@@ -502,7 +500,8 @@ static void read_next(struct mirror_io *io)
 	submit_bio(io->cur, clone);
 }
 
-static void read_piece(struct mirror_target *mt, struct bio *bio)
+static void read_piece(struct mirror_target *mt, struct bio *bio,
+		       unsigned int start)
 {
 	struct mirror_io *io = io_alloc(mt, bio, 0);
 
@@ -510,18 +509,21 @@ static void read_piece(struct mirror_target *mt, struct bio *bio)
 		bio_io_error(bio, -ENOMEM);
 		return;
 	}
+	io->start = start;
 	read_next(io);
 }
 
 /* ---- dispatch ---- */
 
-static void mirror_piece(struct mirror_target *mt, struct bio *bio)
+/* @start: the copy index reads of this request try first. */
+static void mirror_piece(struct mirror_target *mt, struct bio *bio,
+			 unsigned int start)
 {
 	switch (bio_op(bio)) {
 	case REQ_OP_READ:
 	case REQ_OP_EXTENTS:
 	case REQ_OP_CACHE:
-		read_piece(mt, bio);
+		read_piece(mt, bio, start);
 		return;
 	default:
 		write_piece(mt, bio);
@@ -531,7 +533,7 @@ static void mirror_piece(struct mirror_target *mt, struct bio *bio)
 
 /* Cut the front @bytes off @bio as a piece chained to it, and mirror it. */
 static bool piece_off(struct mirror_target *mt, struct bio *bio,
-		      uint64_t bytes)
+		      uint64_t bytes, unsigned int start)
 {
 	struct bio *split = bio_split(bio, (unsigned int)(bytes >> SECTOR_SHIFT));
 
@@ -540,7 +542,7 @@ static bool piece_off(struct mirror_target *mt, struct bio *bio,
 		return false;
 	}
 	bio_chain(split, bio);
-	mirror_piece(mt, split);
+	mirror_piece(mt, split, start);
 	return true;
 }
 
@@ -558,10 +560,10 @@ static void mirror_ranged(struct mirror_target *mt, struct bio *bio)
 	if (!max)
 		max = mt->g.chunk_bytes;
 	if (head >= bio->bi_iter.bi_size) {
-		mirror_piece(mt, bio);
+		mirror_piece(mt, bio, 0);
 		return;
 	}
-	if (head && !piece_off(mt, bio, head))
+	if (head && !piece_off(mt, bio, head, 0))
 		return;
 	for (;;) {
 		uint64_t len = bio->bi_iter.bi_size, whole = len & ~mask;
@@ -570,16 +572,31 @@ static void mirror_ranged(struct mirror_target *mt, struct bio *bio)
 			whole = max;
 		if (!whole || whole == len)
 			break;
-		if (!piece_off(mt, bio, whole))
+		if (!piece_off(mt, bio, whole, 0))
 			return;
 	}
-	mirror_piece(mt, bio);
+	mirror_piece(mt, bio, 0);
+}
+
+/*
+ * Every piece of one read starts at the same copy index, the next one in
+ * turn for this thread (the primary copy for mirror_read_primary): on
+ * RAID-10 the chunks a request reads from one member then lie back to
+ * back there (chunks k, k + N/K ... are one row apart), and the plug
+ * makes them one I/O, as RAID-0's are; the next request takes the other
+ * copies.
+ */
+static unsigned int read_start(struct mirror_target *mt)
+{
+	static __thread unsigned int turn;
+
+	return mt->primary_reads ? 0 : turn++;
 }
 
 static void mirror_submit(struct target *t, struct bio *bio)
 {
 	struct mirror_target *mt = to_mirror(t);
-	unsigned int pieces = 0;
+	unsigned int pieces = 0, start;
 	struct blk_plug plug;
 	uint64_t left;
 
@@ -591,15 +608,16 @@ static void mirror_submit(struct target *t, struct bio *bio)
 	case REQ_OP_WRITE_ZEROES:
 	case REQ_OP_CACHE:
 		if (mirror_raid1(mt) || bio_op(bio) == REQ_OP_CACHE)
-			mirror_piece(mt, bio);
+			mirror_piece(mt, bio, read_start(mt));
 		else
 			mirror_ranged(mt, bio);
 		return;
 	default:
 		break;
 	}
+	start = read_start(mt);
 	if (mirror_raid1(mt)) {
-		mirror_piece(mt, bio);
+		mirror_piece(mt, bio, start);
 		return;
 	}
 	blk_start_plug(&plug);
@@ -614,10 +632,10 @@ static void mirror_submit(struct target *t, struct bio *bio)
 		}
 		left = mt->g.chunk_bytes - (off & (mt->g.chunk_bytes - 1));
 		if (left >= bio->bi_iter.bi_size) {
-			mirror_piece(mt, bio);
+			mirror_piece(mt, bio, start);
 			break;
 		}
-		if (!piece_off(mt, bio, left))
+		if (!piece_off(mt, bio, left, start))
 			break;
 	}
 	blk_finish_plug(&plug);
@@ -655,6 +673,22 @@ static int mirror_iomap(struct target *t, uint64_t off, uint64_t len,
 	return -EIO;
 }
 
+/*
+ * sendfile met the end of @src's file: the member was cut short (its size
+ * was checked at open), so it fails as a read would, and the caller maps
+ * the data again, from another copy.
+ */
+static int mirror_iomap_short(struct target *t, struct target *src,
+			      uint64_t off)
+{
+	struct mirror_target *mt = to_mirror(t);
+
+	for (unsigned int m = 0; m < mt->g.nr_members; m++)
+		if (mt->members[m] == src)
+			return mirror_fail(mt, m, src, REQ_OP_READ, off, -EIO);
+	return -EOPNOTSUPP;
+}
+
 static void mirror_destroy(struct target *t)
 {
 	struct mirror_target *mt = to_mirror(t);
@@ -677,6 +711,7 @@ static const struct target_ops mirror_target_ops = {
 	.destroy = mirror_destroy,
 	.iomap = mirror_iomap,
 	.start = mirror_rebuild_start,
+	.iomap_short = mirror_iomap_short,
 };
 
 int mirror_target_create(struct target **out, struct target **members,

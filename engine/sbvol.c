@@ -556,11 +556,19 @@ static void sbvol_start(struct target *t)
 	target_start(container_of(t, struct sbvol, t)->inner);
 }
 
+static int sbvol_iomap_short(struct target *t, struct target *src,
+			     uint64_t off)
+{
+	return target_iomap_short(container_of(t, struct sbvol, t)->inner, src,
+				  off);
+}
+
 static const struct target_ops sbvol_ops = {
 	.submit = sbvol_submit,
 	.destroy = sbvol_destroy,
 	.iomap = sbvol_iomap,
 	.start = sbvol_start,
+	.iomap_short = sbvol_iomap_short,
 };
 
 /* Open @path for writing with an exclusive flock: one writer a volume. */

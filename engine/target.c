@@ -144,6 +144,13 @@ int target_iomap(struct target *t, uint64_t off, uint64_t len,
 	return t->ops->iomap(t, off, len, flags, m);
 }
 
+int target_iomap_short(struct target *t, struct target *src, uint64_t off)
+{
+	if (!t->ops->iomap_short)
+		return -EOPNOTSUPP;
+	return t->ops->iomap_short(t, src, off);
+}
+
 void target_start(struct target *t)
 {
 	if (t && t->ops->start)

@@ -576,7 +576,25 @@ static ssize_t conn_sendfile(struct conn *c, struct nbd_req *r, size_t budget)
 			return done ? (ssize_t)done : err;
 		off = (off_t)m.file_offset;
 		n = sendfile(c->fd, m.fd, &off, m.length);
-		/* A member shrunk behind our back reads as zeros past its end. */
+		/*
+		 * A member shrunk behind our back: a mirror maps the data
+		 * again from another copy; else it reads as zeros past its
+		 * end.
+		 */
+		if (n == 0) {
+			err = target_iomap_short(c->exp->vol, m.src,
+						 r->fpos[r->iov_idx] + done);
+			if (!err)
+				continue;
+			if (err != -EOPNOTSUPP) {
+				nbdl_log(NBDL_ERROR,
+					 "read reply at offset %" PRIu64
+					 ": no copy left to send; closing "
+					 "the connection",
+					 r->fpos[r->iov_idx] + done);
+				return done ? (ssize_t)done : err;
+			}
+		}
 		if (n == 0)
 			n = send(c->fd, zeros,
 				 m.length < sizeof(zeros) ? m.length :

@@ -24,6 +24,7 @@ struct target_iomap {
 	uint64_t file_offset;
 	uint64_t length; /* bytes from the range's start, > 0, <= its length */
 	bool hole; /* TARGET_IOMAP_HOLE asked: all of @length reads as zeros */
+	struct target *src; /* the target at the bottom that answered */
 };
 
 /* target_iomap flags */
@@ -58,6 +59,9 @@ struct target_ops {
 		     unsigned int flags, struct target_iomap *m);
 	/* Optional.  See target_start(). */
 	void (*start)(struct target *t);
+	/* Optional.  See target_iomap_short(). */
+	int (*iomap_short)(struct target *t, struct target *src,
+			   uint64_t off);
 };
 
 struct target {
@@ -141,6 +145,16 @@ int target_iomap(struct target *t, uint64_t off, uint64_t len,
  * ignore it.
  */
 void target_start(struct target *t);
+
+/**
+ * target_iomap_short - the file of a mapping of @t (@src, from
+ * target_iomap) ended before the data at volume offset @off: it was cut
+ * behind the server's back.  A mirror takes that member out of service
+ * (the next target_iomap maps another copy) and returns 0, or -EIO when it
+ * held the last copy (the data cannot be sent); targets that cannot do
+ * better return -EOPNOTSUPP: the range reads as zeros.
+ */
+int target_iomap_short(struct target *t, struct target *src, uint64_t off);
 
 /** target_destroy - free a target and everything below it. */
 void target_destroy(struct target *t);
