@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include <bionbd/bio.h>
 #include <bionbd/ioq.h>
@@ -107,6 +108,15 @@ bool stripe_member_range(const struct stripe_geom *g, unsigned int member,
  */
 int verr(char *buf, size_t len, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+
+/* Seconds on the monotonic clock: for durations in messages. */
+static inline double engine_now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
 
 struct sb_volume;
 

@@ -193,7 +193,8 @@ struct mirror_io {
 	int err; /* reads: the last copy's error */
 	uint64_t tried; /* reads: members tried */
 	unsigned int start; /* reads: the copy index to try first */
-	struct target *cur; /* reads: the target of the copy in flight */
+	unsigned int cur_member; /* reads: the copy in flight: its member */
+	struct target *cur; /* and that member's target */
 	unsigned int nr_legs;
 	struct mirror_leg legs[];
 };
@@ -425,7 +426,7 @@ static void read_endio(struct bio *clone)
 {
 	struct mirror_io *io = clone->bi_private;
 	struct mirror_target *mt = io->mt;
-	unsigned int m = io->nr_legs; /* the member this copy came from */
+	unsigned int m = io->cur_member;
 	int err = clone->bi_status;
 	uint64_t moff = bio_offset_bytes(clone);
 
@@ -492,7 +493,7 @@ static void read_next(struct mirror_io *io)
 		return;
 	}
 	io->tried |= 1ull << best;
-	io->nr_legs = best; /* no legs on reads: the member in flight */
+	io->cur_member = best;
 	clone->bi_iter.bi_sector = best_off >> SECTOR_SHIFT;
 	clone->bi_private = io;
 	clone->bi_end_io = read_endio;

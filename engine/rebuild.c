@@ -28,13 +28,6 @@
 #define REBUILD_CHECKPOINT_S 1.0
 #define REBUILD_REPORT_S 10.0
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static int rb_io(struct target *t, unsigned int opf, uint64_t off, void *buf,
 		 uint32_t len)
@@ -193,7 +186,7 @@ static void record_progress(struct mirror_target *mt, unsigned int m,
 static void rebuild_member(struct mirror_target *mt, unsigned int m)
 {
 	uint64_t bytes, x, redone = 0, start_x;
-	double t0 = now_s(), saved = t0, told = t0;
+	double t0 = engine_now_s(), saved = t0, told = t0;
 	struct step s;
 	void *buf = NULL;
 	int err = 0;
@@ -227,7 +220,7 @@ static void rebuild_member(struct mirror_target *mt, unsigned int m)
 				break;
 		}
 		x += n;
-		now = now_s();
+		now = engine_now_s();
 		if (now - saved >= REBUILD_CHECKPOINT_S) {
 			record_progress(mt, m, x);
 			saved = now;
@@ -278,9 +271,9 @@ static void rebuild_member(struct mirror_target *mt, unsigned int m)
 		      " MiB in %.1f s (%.0f MB/s), %" PRIu64 " steps redone "
 		      "after client writes",
 		      mt->t.name, mt->members[m]->name, m,
-		      (bytes - start_x) >> 20, now_s() - t0,
+		      (bytes - start_x) >> 20, engine_now_s() - t0,
 		      (double)(bytes - start_x) / 1e6 /
-			      (now_s() - t0 > 1e-6 ? now_s() - t0 : 1e-6),
+			      (engine_now_s() - t0 > 1e-6 ? engine_now_s() - t0 : 1e-6),
 		      redone);
 }
 

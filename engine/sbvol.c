@@ -45,6 +45,7 @@ struct sbvol {
 	char *spare_path[SB_MAX_ROLES];
 	int spare_fd[SB_MAX_ROLES];
 	struct file_target_opts fopts; /* for a spare's target */
+	uint32_t bitmap_regions; /* a mirror with a bitmap: its regions */
 };
 
 static void sbvol_submit(struct target *t, struct bio *bio)
@@ -258,12 +259,10 @@ static int sb_sync(void *arg)
 
 /* ---- spares ---- */
 
-/* The clean bitmap and the superblock of a spare taking over @role. */
+/* The header of a spare taking over @role, as a new member's. */
 static int spare_write(struct sbvol *sv, int fd, unsigned int role,
 		       const uint8_t uuid[16])
 {
-	static const uint8_t none[SB_BITMAP_BYTES];
-	uint8_t block[SB_BITMAP_BYTES];
 	struct superblock sb;
 	char why[256];
 	int r = -EIO;
@@ -277,16 +276,7 @@ static int spare_write(struct sbvol *sv, int fd, unsigned int role,
 	sb.role = role;
 	memcpy(sb.member_uuid, uuid, 16);
 	sb.utime = (uint64_t)time(NULL);
-	if (sb.bitmap_shift) {
-		sb_bitmap_encode(none,
-				 (uint32_t)(((sb.size_bytes - 1) >>
-					     sb.bitmap_shift) + 1),
-				 block);
-		r = sb_pwrite_full(fd, block, sizeof(block), SB_BITMAP_OFFSET);
-		if (r)
-			return r;
-	}
-	return sb_write(fd, &sb);
+	return sb_write_member(fd, &sb);
 }
 
 /*
@@ -345,13 +335,6 @@ static int sb_spare(void *arg, unsigned int role, struct target **out)
 
 /* ---- resync ---- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /*
  * The regions to resync: the union of the bitmaps of the members in
@@ -429,10 +412,7 @@ static int resync(struct sbvol *sv, const struct sb_volume *v,
 		  char *errbuf, size_t errlen)
 {
 	const struct superblock *sb = &v->sb;
-	uint32_t nr = sb->bitmap_shift ?
-			      (uint32_t)(((sb->size_bytes - 1) >>
-					  sb->bitmap_shift) + 1) :
-			      1;
+	uint32_t nr = sb->bitmap_shift ? sb_bitmap_regions(sb) : 1;
 	unsigned int shift = sb->bitmap_shift ? sb->bitmap_shift : 63;
 	uint8_t dirty[SB_BITMAP_BYTES];
 	uint64_t fixed = 0, compared = 0;
@@ -440,7 +420,7 @@ static int resync(struct sbvol *sv, const struct sb_volume *v,
 	size_t step = sb->chunk_bytes < RESYNC_STEP ? sb->chunk_bytes :
 						      RESYNC_STEP;
 	char *a = NULL, *b = NULL;
-	double t0 = now_s();
+	double t0 = engine_now_s();
 	bool bitmap;
 	int r = 0;
 
@@ -497,7 +477,7 @@ static int resync(struct sbvol *sv, const struct sb_volume *v,
 		      "%.2f s",
 		      sb->name, bitmap ? "regions in the write-intent bitmap" :
 					 "every region, no bitmap",
-		      compared >> 20, fixed >> 10, now_s() - t0);
+		      compared >> 20, fixed >> 10, engine_now_s() - t0);
 out:
 	free(a);
 	free(b);
@@ -523,7 +503,7 @@ static void sbvol_free(struct sbvol *sv)
 static void sbvol_destroy(struct target *t)
 {
 	struct sbvol *sv = container_of(t, struct sbvol, t);
-	uint8_t none[SB_BITMAP_BYTES / 8 * 8] = { 0 };
+	static const uint8_t none[SB_BITMAP_BITS / 8];
 
 	/* The mirror's bitmap daemon stops with it: nothing writes now. */
 	target_destroy(sv->inner);
@@ -532,21 +512,8 @@ static void sbvol_destroy(struct target *t)
 	 * as an unclean shutdown: the safe side, so nothing more to do.  The
 	 * bitmap goes clear first: every write is done and synced.
 	 */
-	if (sv->mirror && !sb_sync(sv)) {
-		struct superblock sb;
-		char why[64];
-
-		for (unsigned int i = 0; i < sv->nr; i++)
-			if (sv->fds[i] >= 0 &&
-			    !sb_read(sv->fds[i], &sb, why, sizeof(why)) &&
-			    sb.bitmap_shift) {
-				(void)sb_bitmap_write(
-					sv, none,
-					(uint32_t)(((sb.size_bytes - 1) >>
-						    sb.bitmap_shift) + 1));
-				break;
-			}
-	}
+	if (sv->bitmap_regions && !sb_sync(sv))
+		(void)sb_bitmap_write(sv, none, sv->bitmap_regions);
 	(void)sb_mark(sv, true);
 	sbvol_free(sv);
 }
@@ -613,6 +580,8 @@ int sbvol_create(struct target **out, struct target *inner,
 	sv->nr = sb->nr_roles;
 	sv->events = sb->events;
 	sv->fopts = *fopts;
+	if (mirror && sb->bitmap_shift)
+		sv->bitmap_regions = sb_bitmap_regions(sb);
 	for (unsigned int i = 0; i < SB_MAX_ROLES; i++)
 		sv->fds[i] = sv->spare_fd[i] = -1;
 	if (!sv->t.name) {

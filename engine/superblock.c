@@ -454,10 +454,7 @@ int sb_write_member(int fd, const struct superblock *sb)
 
 	/* The bitmap before the superblock whose fdatasync covers both. */
 	if (!r && sb->bitmap_shift) {
-		sb_bitmap_encode(clear,
-				 (uint32_t)(((sb->size_bytes - 1) >>
-					     sb->bitmap_shift) + 1),
-				 block);
+		sb_bitmap_encode(clear, sb_bitmap_regions(sb), block);
 		r = sb_pwrite_full(fd, block, sizeof(block), SB_BITMAP_OFFSET);
 	}
 	return r ?: sb_write(fd, sb);

@@ -995,11 +995,13 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 
 	if (!v)
 		return verr(errbuf, errlen, -ENOMEM, "out of memory");
-	r = volume_check(cfg, errbuf, errlen);
-	if (!r)
-		r = wants_new_mirror(cfg, &newsb, errbuf, errlen);
-	if (r > 0)
-		r = new_mirror_create(cfg, &newsb, errbuf, errlen);
+	/* A new mirror: everything checked before its members are made. */
+	r = wants_new_mirror(cfg, &newsb, errbuf, errlen);
+	if (r > 0) {
+		r = volume_check(cfg, errbuf, errlen);
+		if (!r)
+			r = new_mirror_create(cfg, &newsb, errbuf, errlen);
+	}
 	if (!r)
 		r = volume_plan(cfg, &m, &chunk, &need, v, errbuf, errlen);
 	if (r) {

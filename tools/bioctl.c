@@ -1890,7 +1890,7 @@ static uint64_t rb_resume_row(struct rebuild *rb)
 		return x;
 	if (!sb->bitmap_shift || fd < 0)
 		return 0;
-	regions = (uint32_t)(((sb->size_bytes - 1) >> sb->bitmap_shift) + 1);
+	regions = sb_bitmap_regions(sb);
 	if (pread(fd, block, sizeof(block), SB_BITMAP_OFFSET) !=
 		    (ssize_t)sizeof(block) ||
 	    sb_bitmap_decode(block, regions, bits))

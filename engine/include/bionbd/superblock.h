@@ -117,6 +117,12 @@ static inline bool sb_redundant(uint32_t level)
  */
 unsigned int sb_bitmap_shift(uint64_t size_bytes);
 
+/** sb_bitmap_regions - the regions of @sb's bitmap (its bit count). */
+static inline uint32_t sb_bitmap_regions(const struct superblock *sb)
+{
+	return (uint32_t)(((sb->size_bytes - 1) >> sb->bitmap_shift) + 1);
+}
+
 /*
  * sb_bitmap_encode/decode - the bitmap block (@bits: SB_BITMAP_BITS / 8
  * bytes, bit r of byte r / 8 for region r).  decode returns -EINVAL when
