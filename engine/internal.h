@@ -109,6 +109,15 @@ bool stripe_member_range(const struct stripe_geom *g, unsigned int member,
 int verr(char *buf, size_t len, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/* Nanoseconds on the monotonic clock: for timers. */
+static inline uint64_t engine_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* Seconds on the monotonic clock: for durations in messages. */
 static inline double engine_now_s(void)
 {
@@ -131,6 +140,43 @@ int sbvol_create(struct target **out, struct target *inner,
 		 const char *const *spares, unsigned int nr_spares,
 		 const struct file_target_opts *fopts, char *errbuf,
 		 size_t errlen);
+
+/* ---- fault.c: fault and delay rules (fault.h) ---- */
+
+struct fault_set;
+struct fault_text;
+
+/*
+ * The rules of one volume, parsed and checked against its @nr_members
+ * (roles); each one's seed is announced through target_notice, naming
+ * @volume.  One reference, the caller's.  0 or -errno with a message.
+ */
+int fault_set_create(struct fault_set **out, const struct fault_text *rules,
+		     unsigned int nr, unsigned int nr_members,
+		     const char *volume, char *errbuf, size_t errlen);
+void fault_set_put(struct fault_set *set);
+/* Does a rule of @set name @member? */
+bool fault_set_covers(const struct fault_set *set, unsigned int member);
+
+/* The layout, to tell which volume bytes a member bio holds. */
+struct fault_geom {
+	unsigned int nr_members; /* N */
+	unsigned int copies; /* K: 1 for RAID-0 */
+	unsigned int chunk_shift;
+	uint64_t data_offset;
+};
+
+bool fault_member_hits_volume(const struct fault_geom *g, unsigned int m,
+			      uint64_t a, uint64_t len, uint64_t r0,
+			      uint64_t r1);
+
+/*
+ * Stack @set's rules on member @member's target @below; owns @below on
+ * success and takes a reference to @set.  0 or -ENOMEM.
+ */
+int fault_target_create(struct target **out, struct target *below,
+			struct fault_set *set, unsigned int member,
+			const struct fault_geom *g);
 
 /* ---- fileio.c: file I/O shared by the file target and the backends ---- */
 
@@ -177,7 +223,26 @@ struct ioq {
 	 */
 	size_t inline_budget, inline_left;
 	struct ioq_later *later_head, **later_tail, *later_free;
+	/* Pending ioq_timer_add()s, earliest first (each counts in flight). */
+	struct ioq_timer *timers;
 };
+
+/*
+ * A call back onto an ioq's own thread at a time (fault.c's delays): run
+ * by the first reap at or after @deadline_ns.  Counts as in flight, so
+ * ioq_wait() waits for it and the queue cannot be destroyed under it;
+ * ioq_timer_next_ns() tells an event loop when to wake.
+ */
+struct ioq_timer {
+	struct ioq_timer *next;
+	uint64_t deadline_ns; /* engine_now_ns() clock */
+	void (*fn)(struct ioq_timer *tm);
+};
+
+void ioq_timer_add(struct ioq *q, struct ioq_timer *tm);
+
+/* The wait a blocking backend may do: -1 (none) or ms, rounded up. */
+int ioq_timer_wait_ms(const struct ioq *q);
 
 /*
  * Reads and writes this small are never held back, so a 4 KiB request does

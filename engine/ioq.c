@@ -101,6 +101,67 @@ void ioq_init(struct ioq *q, const struct ioq_ops *ops,
 	q->inline_budget = q->inline_left = 0;
 	q->later_head = q->later_free = NULL;
 	q->later_tail = &q->later_head;
+	q->timers = NULL;
+}
+
+void ioq_timer_add(struct ioq *q, struct ioq_timer *tm)
+{
+	struct ioq_timer **pp = &q->timers;
+
+	/* Few and mostly in deadline order: a walk is enough. */
+	while (*pp && (*pp)->deadline_ns <= tm->deadline_ns)
+		pp = &(*pp)->next;
+	tm->next = *pp;
+	*pp = tm;
+	q->inflight++;
+}
+
+int64_t ioq_timer_next_ns(const struct ioq *q)
+{
+	uint64_t now;
+
+	if (likely(!q->timers))
+		return -1;
+	now = engine_now_ns();
+	return q->timers->deadline_ns > now ?
+		       (int64_t)(q->timers->deadline_ns - now) : 0;
+}
+
+int ioq_timer_wait_ms(const struct ioq *q)
+{
+	int64_t ns = ioq_timer_next_ns(q);
+
+	if (ns < 0)
+		return -1;
+	return (int)((ns + 999999) / 1000000);
+}
+
+/*
+ * Run the timers that are due.  Those due are taken off first: a callback
+ * that adds a timer (a stall polling its file) cannot keep this going.
+ */
+static int ioq_run_timers(struct ioq *q)
+{
+	struct ioq_timer *due, **pp = &q->timers;
+	uint64_t now = engine_now_ns();
+	int n = 0;
+
+	while (*pp && (*pp)->deadline_ns <= now)
+		pp = &(*pp)->next;
+	if (pp == &q->timers)
+		return 0;
+	due = q->timers;
+	q->timers = *pp;
+	*pp = NULL;
+	while (due) {
+		struct ioq_timer *tm = due;
+
+		due = tm->next;
+		q->inflight--;
+		tm->fn(tm);
+		n++;
+	}
+	return n;
 }
 
 void ioq_set_inline_budget(struct ioq *q, size_t bytes)
@@ -211,7 +272,9 @@ static int ioq_end_done(struct ioq *q)
  */
 static int ioq_end_deferred(struct ioq *q)
 {
-	int n = ioq_end_done(q);
+	int n = unlikely(q->timers) ? ioq_run_timers(q) : 0;
+
+	n += ioq_end_done(q);
 
 	if (q->later_head || q->inline_budget) {
 		bool resubmitted = q->done_head; /* by those end_ios: later */
@@ -233,7 +296,9 @@ int ioq_reap(struct ioq *q)
 
 int ioq_reap_done(struct ioq *q)
 {
-	int n = ioq_end_done(q);
+	int n = unlikely(q->timers) ? ioq_run_timers(q) : 0;
+
+	n += ioq_end_done(q);
 
 	/*
 	 * A new period for io_uring's budget too; copies waiting (tmpfs)

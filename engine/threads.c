@@ -253,7 +253,8 @@ static int threads_wait(struct ioq *q)
 	r = threads_reap(q);
 	if (r || !q->inflight)
 		return r;
-	if (poll(&pfd, 1, -1) < 0)
+	/* Up to the next timer, if any: ioq_wait's caller runs it then. */
+	if (poll(&pfd, 1, ioq_timer_wait_ms(q)) < 0)
 		return -errno;
 	return threads_reap(q);
 }

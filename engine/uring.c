@@ -412,9 +412,22 @@ static int uring_wait(struct ioq *q)
 	uring_issue_pending(uq);
 	if (!q->inflight)
 		return 0;
-	r = io_uring_submit_and_wait(&uq->ring, 1);
-	if (r < 0)
-		return r;
+	if (unlikely(q->timers)) {
+		int64_t ns = ioq_timer_next_ns(q);
+		struct __kernel_timespec ts = { .tv_sec = ns / 1000000000,
+						.tv_nsec = ns % 1000000000 };
+		struct io_uring_cqe *cqe;
+
+		/* Up to the next timer: ioq_wait's caller runs it then. */
+		r = io_uring_submit_and_wait_timeout(&uq->ring, &cqe, 1, &ts,
+						     NULL);
+		if (r < 0 && r != -ETIME)
+			return r;
+	} else {
+		r = io_uring_submit_and_wait(&uq->ring, 1);
+		if (r < 0)
+			return r;
+	}
 	uq->queued = 0;
 	return uring_reap(q);
 }

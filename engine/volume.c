@@ -858,6 +858,19 @@ static int volume_plan(const struct volume_config *cfg,
 	r = check_spares(cfg, v, m, errbuf, errlen);
 	if (r)
 		goto err;
+	for (i = 0; i < cfg->nr_faults; i++) {
+		char rule_why[512];
+
+		r = fault_rule_check(cfg->faults[i].kind, cfg->faults[i].text,
+				     sb ? v->sb.nr_roles : n, rule_why,
+				     sizeof(rule_why));
+		if (r) {
+			verr(errbuf, errlen, r, "%s = %s: %s",
+			     fault_kind_name(cfg->faults[i].kind),
+			     cfg->faults[i].text, rule_why);
+			goto err;
+		}
+	}
 	*mp = m;
 	*chunkp = chunk;
 	*needp = need;
@@ -971,6 +984,50 @@ static void volume_info_fill(struct volume_info *info,
 			 !cfg->readonly;
 }
 
+/*
+ * Put the fault and delay rules between the stripe or mirror and each
+ * member they name (@t by role; NULL for a member out of service).
+ */
+static int stack_faults(const struct volume_config *cfg,
+			const struct sb_volume *v, struct target **t,
+			unsigned int n, uint64_t chunk, bool mirror,
+			char *errbuf, size_t errlen)
+{
+	struct fault_geom g = {
+		.nr_members = n,
+		.copies = mirror ? v->sb.copies : 1,
+		.chunk_shift = (unsigned int)__builtin_ctzll(chunk),
+		.data_offset = v->nr ? v->sb.data_offset : 0,
+	};
+	char name[SB_NAME_BYTES + 40];
+	struct fault_set *set;
+	int r;
+
+	if (v->nr && v->sb.name[0])
+		snprintf(name, sizeof(name), "%s", v->sb.name);
+	else if (v->nr)
+		sb_uuid_format(v->sb.volume_uuid, name);
+	else
+		snprintf(name, sizeof(name), "%s...", cfg->members[0]);
+	r = fault_set_create(&set, cfg->faults, cfg->nr_faults, n, name,
+			     errbuf, errlen);
+	if (r)
+		return r;
+	for (unsigned int i = 0; i < n && !r; i++) {
+		struct target *ft;
+
+		if (!t[i] || !fault_set_covers(set, i))
+			continue;
+		r = fault_target_create(&ft, t[i], set, i, &g);
+		if (r)
+			verr(errbuf, errlen, r, "out of memory");
+		else
+			t[i] = ft;
+	}
+	fault_set_put(set); /* the fault targets hold it now */
+	return r;
+}
+
 int volume_open(struct target **out, const struct volume_config *cfg,
 		char *errbuf, size_t errlen)
 {
@@ -1048,6 +1105,11 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 			     strerror(-r));
 			goto out;
 		}
+	}
+	if (cfg->nr_faults) {
+		r = stack_faults(cfg, v, t, n, chunk, mirror, errbuf, errlen);
+		if (r)
+			goto out;
 	}
 	if (mirror) {
 		uint8_t state[SB_MAX_ROLES];

@@ -121,6 +121,9 @@ void conf_export_release(struct conf_export *e)
 	for (i = 0; i < e->nr_spares; i++)
 		free(e->spares[i]);
 	free(e->spares);
+	for (i = 0; i < e->nr_faults; i++)
+		free((char *)e->faults[i].text);
+	free(e->faults);
 	free(e->name);
 	free(e->description);
 	memset(e, 0, sizeof(*e));
@@ -161,6 +164,35 @@ static int path_list_add(const char *key, const char *noun, char ***list,
 	return 0;
 }
 
+/*
+ * A fault or delay rule: its words are checked now (the line is known
+ * here); member numbers once the volume's member count is (volume_check).
+ */
+static int fault_add(struct conf_export *e, const char *key,
+		     const char *value, char *errbuf, size_t errlen)
+{
+	enum fault_kind kind = key[0] == 'd' ? FAULT_DELAY : FAULT_ERROR;
+	struct fault_text *v;
+	char why[512];
+	int r;
+
+	r = fault_rule_check(kind, value, 0, why, sizeof(why));
+	if (r) {
+		set_err(errbuf, errlen, "%s=%s: %s", key, value, why);
+		return r;
+	}
+	v = realloc(e->faults, (e->nr_faults + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	e->faults = v;
+	v[e->nr_faults].kind = kind;
+	v[e->nr_faults].text = strdup(value);
+	if (!v[e->nr_faults].text)
+		return -ENOMEM;
+	e->nr_faults++;
+	return 0;
+}
+
 int conf_export_set(struct conf_export *e, const char *key, const char *value,
 		    char *errbuf, size_t errlen)
 {
@@ -175,6 +207,8 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 		return path_list_add(key, "spare", &e->spares, &e->nr_spares,
 				     value, errbuf, errlen);
 
+	if (!strcmp(key, "fault") || !strcmp(key, "delay"))
+		return fault_add(e, key, value, errbuf, errlen);
 	if (!strcmp(key, "stripe-size")) {
 		if (conf_parse_chunk(value, &v, why, sizeof(why))) {
 			set_err(errbuf, errlen, "%s=%s: %s", key, value, why);
@@ -256,7 +290,7 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 	}
 	set_err(errbuf, errlen,
 		"%s=%s: unknown key (export keys: file, spare, level, copies, "
-		"stripe-size, size, read-only, description)",
+		"stripe-size, size, read-only, description, fault, delay)",
 		key, value);
 	return -ENOENT;
 }
@@ -290,6 +324,8 @@ void conf_export_volume(const struct conf_export *e, struct volume_config *vc)
 	vc->nr_members = e->nr_members;
 	vc->spares = (const char *const *)e->spares;
 	vc->nr_spares = e->nr_spares;
+	vc->faults = e->faults;
+	vc->nr_faults = e->nr_faults;
 	vc->level_set = e->level_set;
 	vc->level = e->level;
 	vc->copies = e->copies;

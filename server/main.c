@@ -55,6 +55,11 @@ struct cmdline {
 	const char *level, *copies;
 	const char *spares[64]; /* --spare, in order */
 	unsigned int nr_spares;
+	struct {
+		const char *key; /* "fault" or "delay" */
+		const char *rule;
+	} faults[64]; /* --fault, --delay, in order */
+	unsigned int nr_faults;
 	struct flag_setting settings[32];
 	unsigned int nr_settings;
 	char **members;
@@ -90,6 +95,7 @@ static void usage(FILE *f)
 	      "              [-e EXPORTNAME] [--description TEXT] [-P PIDFILE]\n"
 	      "              [--stripe-size SIZE] [--spare FILE]\n"
 	      "              [--level raid0|raid1|raid10] [--copies K]\n"
+	      "              [--fault RULE] [--delay RULE]\n"
 	      "              [--size SIZE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
 	      "              [--max-connections N] [--memory SIZE]\n"
@@ -132,6 +138,10 @@ static void usage(FILE *f)
 	      "                         superblocks; new members (with --size)\n"
 	      "                         become a new raid1/raid10 volume\n"
 	      "      --copies K         raid10's copies of each chunk (default 2)\n"
+	      "      --fault RULE       fail a member's I/O, e.g. \"member=1 op=write\n"
+	      "                         error=EIO rate=1%\" (repeat; docs/faults.md)\n"
+	      "      --delay RULE       delay a member's I/O, e.g. \"op=read ms=5\"\n"
+	      "                         (repeat; docs/faults.md)\n"
 	      "      --backend NAME     io_uring (default) or threads\n"
 	      "      --poll-us N        busy-poll up to N microseconds for the next\n"
 	      "                         request after replying (adaptive; default\n"
@@ -209,6 +219,8 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "config", required_argument, NULL, 'c' },
 		{ "stripe-size", required_argument, NULL, 'S' },
 		{ "spare", required_argument, NULL, 'Z' },
+		{ "fault", required_argument, NULL, 'J' },
+		{ "delay", required_argument, NULL, 'j' },
 		{ "level", required_argument, NULL, 'W' },
 		{ "copies", required_argument, NULL, 'k' },
 		{ "size", required_argument, NULL, 's' },
@@ -256,6 +268,16 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 				die("--spare %s: more than %zu spares", optarg,
 				    sizeof(cl->spares) / sizeof(cl->spares[0]));
 			cl->spares[cl->nr_spares++] = optarg;
+			break;
+		case 'J':
+		case 'j':
+			if (cl->nr_faults == sizeof(cl->faults) / sizeof(cl->faults[0]))
+				die("--%s %s: more than %zu rules",
+				    ch == 'J' ? "fault" : "delay", optarg,
+				    sizeof(cl->faults) / sizeof(cl->faults[0]));
+			cl->faults[cl->nr_faults].key = ch == 'J' ? "fault" :
+								   "delay";
+			cl->faults[cl->nr_faults++].rule = optarg;
 			break;
 		case 's': cl->size = optarg; break;
 		case 'b': add_setting(cl, "--backend", "backend", optarg); break;
@@ -326,6 +348,8 @@ static void exports_from_cmdline(const struct cmdline *cl)
 		set_export_key(ce, "file", cl->members[i]);
 	for (unsigned int i = 0; i < cl->nr_spares; i++)
 		set_export_key(ce, "spare", cl->spares[i]);
+	for (unsigned int i = 0; i < cl->nr_faults; i++)
+		set_export_key(ce, cl->faults[i].key, cl->faults[i].rule);
 	if (cl->stripe_size)
 		set_export_key(ce, "stripe-size", cl->stripe_size);
 	if (cl->level)
@@ -790,8 +814,8 @@ int main(int argc, char **argv)
 	if (cl.conf_path) {
 		if (cl.nr_members || cl.nr_spares || cl.stripe_size || cl.size ||
 		    cl.level || cl.copies || cl.export_name ||
-		    cl.description)
-			die("-c %s: member files, --spare, --level, --copies, --stripe-size, --size, -e and --description belong in the config file",
+		    cl.description || cl.nr_faults)
+			die("-c %s: member files, --spare, --level, --copies, --stripe-size, --size, --fault, --delay, -e and --description belong in the config file",
 			    cl.conf_path);
 		if (conf_load(&conf, cl.conf_path, err, sizeof(err)))
 			die("%s", err);

@@ -14,6 +14,32 @@
 #define container_of(ptr, type, member)                                        \
 	((type *)((char *)(ptr) - offsetof(type, member)))
 
+/*
+ * Bios held by a delay (fault.h) wait on ioq timers, which no fd reports:
+ * the loop must not block past the first one.  Costs a branch when there
+ * are none.
+ */
+static void ioq_ev_arm_timer(struct ev_loop *loop, struct ioq_ev *iw)
+{
+	int64_t ns = ioq_timer_next_ns(iw->q);
+
+	if (ns < 0) {
+		if (ev_is_active(&iw->timer))
+			ev_timer_stop(loop, &iw->timer);
+		return;
+	}
+	ev_timer_stop(loop, &iw->timer);
+	/* libev counts from the loop's cached time, older than @ns's now. */
+	ev_now_update(loop);
+	ev_timer_set(&iw->timer, (double)ns / 1e9, 0.);
+	ev_timer_start(loop, &iw->timer);
+}
+
+static void ioq_ev_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	/* Nothing to do here either: the prepare watcher reaps, timers too. */
+}
+
 static void ioq_ev_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 {
 	struct ioq_ev *iw = container_of(w, struct ioq_ev, prepare);
@@ -48,6 +74,7 @@ static void ioq_ev_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 		ev_idle_start(loop, &iw->idle);
 	else
 		ev_idle_stop(loop, &iw->idle);
+	ioq_ev_arm_timer(loop, iw);
 }
 
 static void ioq_ev_idle_cb(struct ev_loop *loop, ev_idle *w, int revents)
@@ -82,6 +109,7 @@ int ioq_ev_start(struct ioq_ev *w, struct ioq *q, struct ev_loop *loop)
 	ev_prepare_init(&w->prepare, ioq_ev_prepare_cb);
 	ev_io_init(&w->io, ioq_ev_io_cb, fd, EV_READ);
 	ev_idle_init(&w->idle, ioq_ev_idle_cb);
+	ev_timer_init(&w->timer, ioq_ev_timer_cb, 0., 0.);
 	ev_prepare_start(loop, &w->prepare);
 	ev_io_start(loop, &w->io);
 	return 0;
@@ -91,5 +119,6 @@ void ioq_ev_stop(struct ioq_ev *w, struct ev_loop *loop)
 {
 	ev_prepare_stop(loop, &w->prepare);
 	ev_idle_stop(loop, &w->idle);
+	ev_timer_stop(loop, &w->timer);
 	ev_io_stop(loop, &w->io);
 }

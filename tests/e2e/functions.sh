@@ -374,9 +374,9 @@ nbd_uri() {
 # in the array _cmd.
 _server_cmd() {
     local sock=$1 pidfile=$2 ro='' chunk='' size='' be='' conf='' export='' arg
-    local threads='' async='' sendfile='' level='' copies=''
+    local threads='' async='' sendfile='' level='' copies='' verbose='' n
     shift 2
-    local mem=() spares=()
+    local mem=() spares=() faults=()
     while [[ $# -gt 0 ]]; do
         case $1 in
         -r) ro=1 ;;
@@ -387,6 +387,8 @@ _server_cmd() {
         --export) export=$2; shift ;;
         --threads) threads=$2; shift ;;
         --spare) spares+=("$2"); shift ;;
+        --fault | --delay) faults+=("${1#--}" "$2"); shift ;;
+        -v) verbose=1 ;;
         --level) level=$2; shift ;;
         --copies) copies=$2; shift ;;
         --async-min) async=$2; shift ;;
@@ -401,10 +403,14 @@ _server_cmd() {
     plugin)
         _cmd=(nbdkit -f --exit-with-parent -U "$sock" -P "$pidfile")
         [[ -z $ro ]] || _cmd+=(-r)
+        [[ -z $verbose ]] || _cmd+=(-v)
         [[ -z $threads ]] || _cmd+=(--threads "$threads")
         _cmd+=("$BIO_PLUGIN")
         for arg in "${mem[@]}"; do _cmd+=("file=$arg"); done
         for arg in "${spares[@]}"; do _cmd+=("spare=$arg"); done
+        for ((n = 0; n < ${#faults[@]}; n += 2)); do
+            _cmd+=("${faults[n]}=${faults[n + 1]}")
+        done
         [[ -z $level ]] || _cmd+=("level=$level")
         [[ -z $copies ]] || _cmd+=("copies=$copies")
         [[ -z $chunk ]] || _cmd+=("stripe-size=$chunk")
@@ -416,6 +422,7 @@ _server_cmd() {
     bionbd)
         _cmd=("$BIONBD" -f -U "$sock" -P "$pidfile")
         [[ -z $ro ]] || _cmd+=(-r)
+        [[ -z $verbose ]] || _cmd+=(-v)
         [[ -z $threads ]] || _cmd+=(-t "$threads")
         [[ -z $chunk ]] || _cmd+=(--stripe-size "$chunk")
         [[ -z $size ]] || _cmd+=(--size "$size")
@@ -425,6 +432,9 @@ _server_cmd() {
         [[ -z $async ]] || _cmd+=(--async-min "$async")
         [[ -z $sendfile ]] || _cmd+=(--sendfile-min "$sendfile")
         for arg in "${spares[@]}"; do _cmd+=(--spare "$arg"); done
+        for ((n = 0; n < ${#faults[@]}; n += 2)); do
+            _cmd+=("--${faults[n]}" "${faults[n + 1]}")
+        done
         [[ -z $level ]] || _cmd+=(--level "$level")
         [[ -z $copies ]] || _cmd+=(--copies "$copies")
         _cmd+=("${mem[@]}")

@@ -5,7 +5,8 @@
 # with bash -e in a scratch directory of its own, bionbd (the build's) on
 # PATH, within 120 s: ci-job (--run, nbdfuse, mkfs.ext4, e2fsck), mirror
 # (bioctl create --level raid1, a member deleted, served degraded, bioctl
-# info says so, bioctl rebuild, bioctl check),
+# info says so, bioctl rebuild, bioctl check), faults (a write fault
+# switched on and off by a file, seen by nbdcopy),
 # socket-activation (nbdcopy and nbdinfo start bionbd themselves), tls-psk
 # and tls-x509 (keys made as the recipe says, nbdinfo over TLS).  A recipe
 # missing from the README fails, as does one that fails or hangs; no
@@ -34,7 +35,7 @@ recipe() {
     ' "$SRC_DIR/README.md"
 }
 
-for name in ci-job mirror socket-activation tls-psk tls-x509; do
+for name in ci-job mirror faults socket-activation tls-psk tls-x509; do
     log "recipe $name"
     text=$(recipe "$name")
     [[ -n $text ]] || die "README.md has no '# recipe: $name' block"

@@ -31,6 +31,7 @@
 #include <bionbd/ioq.h>
 #include <bionbd/target.h>
 
+#include "bioio_sync.h"
 #include "errtarget.h"
 #include "unit.h"
 
@@ -238,18 +239,7 @@ static void fixture_teardown(struct fixture *f)
 static int do_io(struct target *t, unsigned int opf, uint64_t off,
 		 uint32_t len, void *buf)
 {
-	struct bio *bio = bio_alloc(1, opf);
-	int r;
-
-	CHECK(bio);
-	bio->bi_iter.bi_sector = off >> SECTOR_SHIFT;
-	if (buf)
-		CHECK_EQ(bio_add_buf(bio, buf, len), 0);
-	else
-		bio->bi_iter.bi_size = len;
-	r = submit_bio_wait(t, bio);
-	bio_put(bio);
-	return r;
+	return test_bio_io(t, opf, off, len, buf);
 }
 
 static void member_pread(struct fixture *f, unsigned int m, void *buf,

@@ -40,6 +40,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <bionbd/bio.h>
 
@@ -129,6 +130,14 @@ void ioq_set_inline_wakeup(struct ioq *q, bool on);
  * after all of it.  ioq_has_ready() is true while copies wait.
  */
 void ioq_set_inline_budget(struct ioq *q, size_t bytes);
+
+/**
+ * ioq_timer_next_ns - when the queue's next timer is due (delays a fault
+ * rule holds bios for, fault.h): nanoseconds from now, 0 when due, -1 when
+ * none.  An event loop wakes then and calls ioq_reap(); the event fd does
+ * not become readable for timers.  ioq_wait() takes them into account.
+ */
+int64_t ioq_timer_next_ns(const struct ioq *q);
 
 /**
  * ioq_event_fd - an eventfd that becomes readable when ioq_reap has work

@@ -24,7 +24,8 @@ struct target_iomap {
 	uint64_t file_offset;
 	uint64_t length; /* bytes from the range's start, > 0, <= its length */
 	bool hole; /* TARGET_IOMAP_HOLE asked: all of @length reads as zeros */
-	struct target *src; /* the target at the bottom that answered */
+	struct target *src; /* the target at the bottom that answered, or a
+			     * member stacked on it (fault.h) */
 };
 
 /* target_iomap flags */

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <bionbd/fault.h>
 #include <bionbd/target.h>
 
 struct volume_config {
@@ -50,6 +51,12 @@ struct volume_config {
 	bool readonly;
 	bool direct;
 	bool no_inline; /* file_target_opts.no_inline for every member */
+	/*
+	 * Fault and delay rules (fault.h), stacked on the members they name;
+	 * checked with the rest of the definition.
+	 */
+	const struct fault_text *faults;
+	unsigned int nr_faults;
 };
 
 /* What volume_open_info() found out about a volume. */

@@ -27,6 +27,8 @@
  *	size = 4G
  *	read-only = false
  *	description = scratch disk
+ *	fault = member=1 op=write error=EIO range=1G-2G    repeat: rules
+ *	delay = op=read ms=5                                stack in order
  *
  * Lines may be indented; '#' or ';' starts a comment line, and " ;" starts
  * a comment after a value.  Relative member paths are taken relative to the
@@ -45,6 +47,7 @@
 #include <stdint.h>
 
 #include <bionbd/ioq.h>
+#include <bionbd/size.h>
 #include <bionbd/target.h>
 #include <bionbd/volume.h>
 
@@ -59,6 +62,8 @@ struct conf_export {
 	unsigned int nr_members;
 	char **spares; /* a mirror's spares (volume_config.spares) */
 	unsigned int nr_spares;
+	struct fault_text *faults; /* fault = / delay = rules, texts owned */
+	unsigned int nr_faults;
 	bool level_set; /* level = raid0|raid1|raid10 given */
 	uint32_t level; /* enum sb_level */
 	uint32_t copies; /* copies = K; 0 = not given */
@@ -133,12 +138,13 @@ int conf_export_init(struct conf_export *e, const char *name);
 void conf_export_release(struct conf_export *e);
 
 /**
- * conf_export_set - apply one export key ("file", "stripe-size", "size",
- *                   "read-only", "description")
+ * conf_export_set - apply one export key ("file", "spare", "level",
+ *                   "copies", "stripe-size", "size", "read-only",
+ *                   "description", "fault", "delay")
  * @errbuf: on failure "key=value: reason" (callers add file and line)
  *
- * "file" appends a member (refused when the same path is already there);
- * the other keys overwrite.  Returns 0, -EINVAL (bad value), -ENOENT
+ * "file" and "spare" append a path (refused when the same path is already
+ * there), "fault" and "delay" a rule (fault.h); the other keys overwrite.  Returns 0, -EINVAL (bad value), -ENOENT
  * (unknown key; message written) or -ENOMEM.
  */
 int conf_export_set(struct conf_export *e, const char *key, const char *value,
@@ -180,11 +186,5 @@ int conf_parse_uint(const char *s, unsigned int min, unsigned int max,
  * with "why" in @errbuf (without the key).
  */
 int conf_parse_chunk(const char *s, uint64_t *out, char *errbuf, size_t errlen);
-
-/**
- * parse_size - "4096", "64K", "1M", "4G", "1T" (binary units) to bytes
- * Returns 0 or -EINVAL (empty, junk, overflow).
- */
-int parse_size(const char *s, uint64_t *out);
 
 #endif /* BIONBD_CONFIG_H */

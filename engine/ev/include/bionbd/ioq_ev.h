@@ -21,6 +21,7 @@ struct ioq_ev {
 	ev_prepare prepare;
 	ev_io io;
 	ev_idle idle; /* keeps the loop from blocking while bios are ready */
+	ev_timer timer; /* wakes the loop for the ioq's next timer */
 	/*
 	 * Optional: called once per loop iteration, after the last reap and
 	 * before the loop blocks; a server sends the replies that the

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * size.c - parse human sizes ("64K", "4G") for command lines and config.
+ * size.c - parse human sizes ("64K", "4G") for command lines, config and
+ * fault rules.
  */
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 
-#include <bionbd/config.h>
+#include <bionbd/size.h>
 
 int parse_size(const char *s, uint64_t *out)
 {
