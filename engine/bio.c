@@ -102,6 +102,7 @@ static void bio_init(struct bio *bio, unsigned int opf)
 	bio->bi_end_io = NULL;
 	bio->bi_private = NULL;
 	bio->bi_ext = NULL;
+	bio->bi_acct = NULL;
 	bio->bi_vcnt = 0;
 	bio->bi_max_vecs = BIO_INLINE_VECS;
 	bio->bi_io_vec = bio->bi_inline_vecs;
@@ -257,6 +258,12 @@ void bio_endio(struct bio *bio, unsigned int nbytes, int error)
 
 		if (!bio_remaining_done(bio))
 			return;
+		if (unlikely(bio->bi_acct)) {
+			io_stats_done(bio->bi_acct, bio_op(bio),
+				      bio->bi_acct_bytes, bio->bi_status,
+				      bio->bi_acct_start);
+			bio->bi_acct = NULL; /* a retry elsewhere counts anew */
+		}
 		if (bio->bi_end_io != bio_chain_endio)
 			break;
 		parent = bio->bi_private;

@@ -717,6 +717,8 @@ static void fault_io_go(struct fault_io *io)
 		/* The first sectors reach the member; the bio still fails. */
 		if (io->torn_sectors < bio_sectors(bio))
 			clone->bi_iter.bi_size = io->torn_sectors << SECTOR_SHIFT;
+		/* The member counts the bio itself (an error), not this part. */
+		clone->bi_flags |= BIO_NO_ACCT;
 		clone->bi_end_io = fault_torn_endio;
 		clone->bi_private = io;
 		submit_bio(io->ft->below, clone);
@@ -742,6 +744,12 @@ static void fault_submit(struct target *t, struct bio *bio)
 	bool torn = false;
 	uint32_t torn_sectors = 0;
 
+	/*
+	 * What a rule does to a bio is the member's doing, as far as its
+	 * statistics go: delays count in its latency, errors as its errors.
+	 */
+	if (ft->below->ops == &file_target_ops)
+		file_acct_start(to_file_target(ft->below), bio);
 	for (unsigned int i = 0; i < set->nr; i++) {
 		struct fault_rule *r = &set->rules[i];
 

@@ -35,6 +35,7 @@ static void file_submit(struct target *t, struct bio *bio)
 	struct ioq *q;
 	int r;
 
+	file_acct_start(ft, bio);
 	switch (bio_op(bio)) {
 	case REQ_OP_EXTENTS:
 		r = file_extents(ft, bio);
@@ -174,6 +175,7 @@ static void file_destroy(struct target *t)
 	struct file_target *ft = to_file_target(t);
 
 	close(ft->fd);
+	io_stats_destroy(ft->stats);
 	free(ft->t.name);
 	free(ft);
 }
@@ -231,7 +233,7 @@ static int file_iomap(struct target *t, uint64_t off, uint64_t len,
 	return 0;
 }
 
-static const struct target_ops file_target_ops = {
+const struct target_ops file_target_ops = {
 	.submit = file_submit,
 	.destroy = file_destroy,
 	.unplug = file_unplug,
@@ -285,6 +287,9 @@ int file_target_open(struct target **out, const char *path,
 		r = -EINVAL;
 		goto err_close;
 	}
+	/* Without memory for it the member is served uncounted. */
+	if (opts->stats_parent)
+		ft->stats = io_stats_create(path, opts->stats_parent);
 	*out = &ft->t;
 	return 0;
 

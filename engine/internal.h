@@ -18,6 +18,7 @@
 
 #include <bionbd/bio.h>
 #include <bionbd/ioq.h>
+#include <bionbd/stats.h>
 #include <bionbd/target.h>
 #include <bionbd/volume.h>
 
@@ -37,11 +38,27 @@ struct file_target {
 	bool readonly;
 	bool inline_io; /* memory-backed: do the I/O in the submitter */
 	bool eof_error; /* file_target_opts.eof_error */
+	struct io_stats *stats; /* the member's counters, or NULL */
 };
+
+extern const struct target_ops file_target_ops;
 
 static inline struct file_target *to_file_target(struct target *t)
 {
 	return container_of(t, struct file_target, t);
+}
+
+/*
+ * Count @bio against member @ft from now until bio_endio (stats.h), once:
+ * not again when it comes back for the rest of a short transfer.
+ */
+static inline void file_acct_start(struct file_target *ft, struct bio *bio)
+{
+	if (ft->stats && !bio->bi_acct && !(bio->bi_flags & BIO_NO_ACCT)) {
+		bio->bi_acct = ft->stats;
+		bio->bi_acct_bytes = bio->bi_iter.bi_size;
+		bio->bi_acct_start = io_stats_start(ft->stats);
+	}
 }
 
 /*

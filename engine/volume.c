@@ -1042,7 +1042,8 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 	struct target **t, *top = NULL;
 	struct file_target_opts fopts = { .readonly = cfg->readonly,
 					  .direct = cfg->direct,
-					  .no_inline = cfg->no_inline };
+					  .no_inline = cfg->no_inline,
+					  .stats_parent = cfg->stats };
 	const char **paths = NULL;
 	struct sb_volume *v = malloc(sizeof(*v));
 	struct superblock newsb;

@@ -266,6 +266,15 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 		e->copies = (uint32_t)k;
 		return 0;
 	}
+	if (!strcmp(key, "statistics")) {
+		if (conf_parse_bool(value, &b)) {
+			set_err(errbuf, errlen, "%s=%s: expected true or false",
+				key, value);
+			return -EINVAL;
+		}
+		e->no_statistics = !b;
+		return 0;
+	}
 	if (!strcmp(key, "read-only")) {
 		if (conf_parse_bool(value, &b)) {
 			set_err(errbuf, errlen, "%s=%s: expected true or false",
@@ -290,7 +299,8 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 	}
 	set_err(errbuf, errlen,
 		"%s=%s: unknown key (export keys: file, spare, level, copies, "
-		"stripe-size, size, read-only, description, fault, delay)",
+		"stripe-size, size, read-only, description, fault, delay, "
+		"statistics)",
 		key, value);
 	return -ENOENT;
 }

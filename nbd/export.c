@@ -84,7 +84,8 @@ static void export_errmsg(char *errbuf, size_t errlen, const char *conf_path,
 
 static void export_release(struct nbdl_export *x)
 {
-	target_destroy(x->vol);
+	target_destroy(x->vol); /* the members' statistics with it */
+	io_stats_destroy(x->stats);
 	free(x->name);
 	free(x->description);
 	pthread_mutex_destroy(&x->rmw_lock);
@@ -190,8 +191,13 @@ int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
 
 		conf_export_volume(d, &vc);
 		vc.readonly |= readonly;
+		/* Without memory for it, the export is served uncounted. */
+		x->stats = vc.stats = d->no_statistics ?
+					      NULL :
+					      io_stats_create(d->name, NULL);
 		r = volume_open_info(&x->vol, &vc, &x->info, msg, sizeof(msg));
 		if (r) {
+			io_stats_destroy(x->stats);
 			export_errmsg(errbuf, errlen, conf_path, d, msg);
 			goto err;
 		}

@@ -39,6 +39,17 @@ const char *nbdl_cmd_name(uint16_t type)
 	return nbdl_op_name((enum req_op)(nbdl_opf(type, 0) & REQ_OP_MASK));
 }
 
+void nbdl_account(struct nbdl_export *e, uint16_t type, uint32_t len,
+		  uint32_t nbd_err, uint64_t t0)
+{
+	enum req_op op = REQ_OP_LAST; /* not counted: unknown, or dropped */
+
+	if (type <= NBD_CMD_BLOCK_STATUS && type != NBD_CMD_DISC)
+		op = (enum req_op)(nbdl_opf(type, 0) & REQ_OP_MASK);
+	io_stats_done(e->stats, op, op == REQ_OP_FLUSH ? 0 : len,
+		      -nbdl_nbd_to_errno(nbd_err), t0);
+}
+
 /* ---- checks ---- */
 
 uint16_t nbdl_transmission_flags(const struct nbdl_export *e, bool structured)

@@ -59,6 +59,7 @@ static struct conf_export cmdline; /* file=, stripe-size=, ... */
 static unsigned int cmdline_keys;
 static char *conf_path;
 static char *export_name;
+static char *stats_path; /* stats=FILE: written at unload */
 static struct conf *conf;
 static enum ioq_backend backend = IOQ_IO_URING;
 static bool backend_set;
@@ -242,19 +243,24 @@ static int run(void *handle, uint16_t type, uint16_t nbd_flags, void *buf,
 	       uint32_t count, uint64_t offset, struct bio_extents *ext)
 {
 	bool debug = unlikely(bio_debug_requests || bio_debug_stripes);
+	struct nbdl_export *e = handle;
+	uint64_t start = io_stats_start(e->stats);
 	struct timespec t0;
+	uint32_t nbd_err;
 	int r = thread_ioq();
 
 	if (debug)
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (!r)
-		r = nbdl_do(handle, type, nbd_flags, buf, offset, count, ext,
+		r = nbdl_do(e, type, nbd_flags, buf, offset, count, ext,
 			    SIZE_MAX);
 	if (debug)
 		debug_request(handle, type, nbd_flags, count, offset, r, &t0);
+	nbd_err = nbdl_errno_to_nbd(r, type, nbd_flags);
+	nbdl_account(e, type, count, nbd_err, start);
 	if (!r)
 		return 0;
-	errno = nbdl_nbd_to_errno(nbdl_errno_to_nbd(r, type, nbd_flags));
+	errno = nbdl_nbd_to_errno(nbd_err);
 	return -1;
 }
 
@@ -302,6 +308,8 @@ static void bio_unload(void)
 		thread_ioq_free_locked(w);
 	pthread_mutex_unlock(&ioq_lock);
 
+	if (stats_path && exports)
+		(void)nbdl_stats_write(stats_path, exports, nr_exports);
 	nbdl_exports_close(exports, nr_exports, backend);
 	exports = NULL;
 	nr_exports = 0;
@@ -312,6 +320,7 @@ static void bio_unload(void)
 	conf_export_release(&cmdline);
 	free(conf_path);
 	free(export_name);
+	free(stats_path);
 }
 
 /* key=value given twice where once is the only sensible meaning. */
@@ -341,6 +350,8 @@ static int bio_config(const char *key, const char *value)
 		return set_once(&conf_path, key, nbdkit_absolute_path(value));
 	if (!strcmp(key, "export"))
 		return set_once(&export_name, key, strdup(value));
+	if (!strcmp(key, "stats"))
+		return set_once(&stats_path, key, nbdkit_absolute_path(value));
 	if (!strcmp(key, "backend")) {
 		if (backend_set) {
 			nbdkit_error("backend= given twice");
@@ -705,6 +716,9 @@ static const char bio_config_help[] =
     "backend=io_uring|threads\n"
     "                  How members are read and written (default io_uring,\n"
     "                  or threads when io_uring is not usable).\n"
+    "statistics=BOOL   Count requests per op, member, errno, latency\n"
+    "                  (default true; docs/stats.md).\n"
+    "stats=FILE        Write the statistics (JSON) to FILE at exit.\n"
     "conf=FILE         Serve the exports of a bionbd config file (see\n"
     "                  conf/example.conf) instead of file= and friends.\n"
     "export=NAME       With conf=: serve only this export.";

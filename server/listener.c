@@ -268,7 +268,7 @@ int listen_unix_check(const char *path, char *errbuf, size_t errlen)
 	return r < 0 ? r : 0;
 }
 
-int listen_unix(const char *path, char *errbuf, size_t errlen)
+int unix_socket_listen(const char *path, char *errbuf, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd, r;
@@ -289,6 +289,15 @@ int listen_unix(const char *path, char *errbuf, size_t errlen)
 			 strerror(-r));
 		return r;
 	}
+	return fd;
+}
+
+int listen_unix(const char *path, char *errbuf, size_t errlen)
+{
+	int fd = unix_socket_listen(path, errbuf, errlen);
+
+	if (fd < 0)
+		return fd;
 	unix_path_bound = strdup(path);
 	return add_listener(fd, false, errbuf, errlen);
 }

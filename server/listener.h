@@ -21,6 +21,13 @@ int listen_tcp(const char *addr, const char *port, char *errbuf,
 	       size_t errlen);
 int listen_unix(const char *path, char *errbuf, size_t errlen);
 
+/*
+ * A listening, non-blocking unix socket at @path (a stale one left by a
+ * killed server replaced), not among the NBD listeners: the fd, or -errno
+ * with a message.  For the control socket (stats.c).
+ */
+int unix_socket_listen(const char *path, char *errbuf, size_t errlen);
+
 /**
  * listen_activated - take the listening sockets a service manager passed
  * (systemd's protocol: LISTEN_PID is our pid, LISTEN_FDS sockets from

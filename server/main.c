@@ -29,6 +29,7 @@
 #include "log.h"
 #include "options.h"
 #include "run.h"
+#include "stats.h"
 #include "server.h"
 #include "tls.h"
 #include "worker.h"
@@ -60,6 +61,7 @@ struct cmdline {
 		const char *rule;
 	} faults[64]; /* --fault, --delay, in order */
 	unsigned int nr_faults;
+	bool no_statistics;
 	struct flag_setting settings[32];
 	unsigned int nr_settings;
 	char **members;
@@ -103,7 +105,8 @@ static void usage(FILE *f)
 	      "              [--run CMD] [--exit-with-parent] [--log DEST] [-v]\n"
 	      "              [--tls MODE] [--tls-certificates DIR] [--tls-psk FILE]\n"
 	      "              [--tls-verify-peer] [-u USER] [-g GROUP]\n"
-	      "              MEMBER...\n"
+	      "              [--stats FILE] [--stats-interval S] [--control SOCK]\n"
+	      "              [--no-statistics] MEMBER...\n"
 	      "       bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-P PIDFILE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
@@ -112,6 +115,7 @@ static void usage(FILE *f)
 	      "              [--run CMD] [--exit-with-parent] [--log DEST] [-v]\n"
 	      "              [--tls MODE] [--tls-certificates DIR] [--tls-psk FILE]\n"
 	      "              [--tls-verify-peer] [-u USER] [-g GROUP]\n"
+	      "              [--stats FILE] [--stats-interval S] [--control SOCK]\n"
 	      "              [-c FILE.conf]\n"
 	      "\n"
 	      "Serve a RAID-0 volume striped over MEMBER files (or the exports of\n"
@@ -176,6 +180,13 @@ static void usage(FILE *f)
 	      "  -u, --user USER        drop root to USER once listening, members\n"
 	      "                         and credentials open\n"
 	      "  -g, --group GROUP      drop root's group to GROUP (default: USER's)\n"
+	      "      --stats FILE       write statistics (JSON) to FILE at exit\n"
+	      "      --stats-interval S and every S seconds (0 = at exit only)\n"
+	      "      --control SOCK     a unix socket (mode 0600) that answers\n"
+	      "                         every connection with the statistics\n"
+	      "                         (bioctl stat); with -P PIDFILE, default\n"
+	      "                         PIDFILE.ctl\n"
+	      "      --no-statistics    count nothing (statistics = false)\n"
 	      "  -v, --verbose          debug messages too\n"
 	      "  -h, --help             this text\n"
 	      "  -V, --version          print the version\n",
@@ -240,6 +251,10 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "tls-certificates", required_argument, NULL, 'C' },
 		{ "tls-psk", required_argument, NULL, 'K' },
 		{ "tls-verify-peer", no_argument, NULL, 'Y' },
+		{ "stats", required_argument, NULL, 'I' },
+		{ "no-statistics", no_argument, NULL, 'q' },
+		{ "stats-interval", required_argument, NULL, 'N' },
+		{ "control", required_argument, NULL, 'Q' },
 		{ "user", required_argument, NULL, 'u' },
 		{ "group", required_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
@@ -310,6 +325,13 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 			add_setting(cl, "--tls-verify-peer", "tls-verify-peer",
 				    "true");
 			break;
+		case 'I': add_setting(cl, "--stats", "stats", optarg); break;
+		case 'q': cl->no_statistics = true; break;
+		case 'N':
+			add_setting(cl, "--stats-interval", "stats-interval",
+				    optarg);
+			break;
+		case 'Q': add_setting(cl, "--control", "control", optarg); break;
 		case 'u': add_setting(cl, "-u", "user", optarg); break;
 		case 'g': add_setting(cl, "-g", "group", optarg); break;
 		case 'h': usage(stdout); exit(0);
@@ -350,6 +372,8 @@ static void exports_from_cmdline(const struct cmdline *cl)
 		set_export_key(ce, "spare", cl->spares[i]);
 	for (unsigned int i = 0; i < cl->nr_faults; i++)
 		set_export_key(ce, cl->faults[i].key, cl->faults[i].rule);
+	if (cl->no_statistics)
+		set_export_key(ce, "statistics", "false");
 	if (cl->stripe_size)
 		set_export_key(ce, "stripe-size", cl->stripe_size);
 	if (cl->level)
@@ -463,6 +487,8 @@ static void apply_settings(struct srv_options *o, const struct conf *c,
 
 		/* Paths in a file are relative to the file. */
 		if ((!strcmp(kv->key, "socket") ||
+		     !strcmp(kv->key, "stats") ||
+		     !strcmp(kv->key, "control") ||
 		     !strcmp(kv->key, "tls-certificates") ||
 		     !strcmp(kv->key, "tls-psk")) &&
 		    value[0] && value[0] != '/' && c->dir) {
@@ -757,6 +783,10 @@ static void drop_privileges(const struct run_as *ra, const char *socket,
 		die("-u/-g: chown %s: %s", socket, strerror(errno));
 	if (pidfile && chown(pidfile, owner, ra->gid))
 		die("-u/-g: chown %s: %s", pidfile, strerror(errno));
+	if (srv_stats_control_path() &&
+	    chown(srv_stats_control_path(), owner, ra->gid))
+		die("-u/-g: chown %s: %s", srv_stats_control_path(),
+		    strerror(errno));
 	/* USER's supplementary groups; none of root's either way. */
 	if (ra->user && getpwnam(ra->user) ? initgroups(ra->user, ra->gid) :
 					     setgroups(1, &ra->gid))
@@ -814,8 +844,8 @@ int main(int argc, char **argv)
 	if (cl.conf_path) {
 		if (cl.nr_members || cl.nr_spares || cl.stripe_size || cl.size ||
 		    cl.level || cl.copies || cl.export_name ||
-		    cl.description || cl.nr_faults)
-			die("-c %s: member files, --spare, --level, --copies, --stripe-size, --size, --fault, --delay, -e and --description belong in the config file",
+		    cl.description || cl.nr_faults || cl.no_statistics)
+			die("-c %s: member files, --spare, --level, --copies, --stripe-size, --size, --fault, --delay, --no-statistics, -e and --description belong in the config file",
 			    cl.conf_path);
 		if (conf_load(&conf, cl.conf_path, err, sizeof(err)))
 			die("%s", err);
@@ -864,6 +894,9 @@ int main(int argc, char **argv)
 		       o.port ? o.port : SRV_DEFAULT_PORT, err, sizeof(err)))
 		die("%s", err);
 
+	if (srv_stats_open(&o, cl.pidfile, err, sizeof(err)))
+		die("control socket: %s", err);
+
 	if (!cl.foreground)
 		ready_fd = daemonize();
 
@@ -883,6 +916,7 @@ int main(int argc, char **argv)
 	sigaddset(&stopsigs, SIGINT);
 	sigaddset(&stopsigs, SIGQUIT);
 	sigaddset(&stopsigs, SIGHUP);
+	sigaddset(&stopsigs, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &stopsigs, NULL);
 	for (unsigned int i = 0; i < srv.nr_workers; i++) {
 		r = worker_start(&srv.workers[i]);
@@ -900,6 +934,7 @@ int main(int argc, char **argv)
 	ev_signal_start(loop, &sigint);
 	ev_signal_start(loop, &sigquit);
 	ev_signal_start(loop, &sighup);
+	srv_stats_start(loop, &srv, &o);
 	pthread_sigmask(SIG_UNBLOCK, &stopsigs, NULL);
 
 	if (cl.pidfile)
@@ -931,6 +966,9 @@ int main(int argc, char **argv)
 
 	for (unsigned int i = 0; i < srv.nr_workers; i++)
 		worker_join(&srv.workers[i]);
+	/* Every request answered: the final counts. */
+	(void)srv_stats_write();
+	srv_stats_stop(loop);
 	for (unsigned int i = 0; i < srv.nr_workers; i++)
 		worker_fini(&srv.workers[i]);
 	free(srv.workers);
@@ -944,6 +982,7 @@ int main(int argc, char **argv)
 	bio_pool_drain();
 	if (!conf)
 		conf_export_release(&cmdline_export);
+	srv_stats_release();
 	srv_log_stop();
 	return exit_status;
 }

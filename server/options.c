@@ -31,6 +31,8 @@ void srv_options_release(struct srv_options *o)
 	free(o->tls_psk);
 	free(o->user);
 	free(o->group);
+	free(o->stats_file);
+	free(o->control);
 	memset(o, 0, sizeof(*o));
 }
 
@@ -46,6 +48,8 @@ static const struct string_key {
 	{ "tls-psk", offsetof(struct srv_options, tls_psk) },
 	{ "user", offsetof(struct srv_options, user) },
 	{ "group", offsetof(struct srv_options, group) },
+	{ "stats", offsetof(struct srv_options, stats_file) },
+	{ "control", offsetof(struct srv_options, control) },
 };
 
 /* The settings that are a whole number in a range. */
@@ -63,6 +67,8 @@ static const struct uint_key {
 	  offsetof(struct srv_options, handshake_s) },
 	{ "max-connections", "a number", 1, SRV_MAX_MAX_CONNS,
 	  offsetof(struct srv_options, max_conns) },
+	{ "stats-interval", "seconds", 0, SRV_MAX_STATS_INTERVAL,
+	  offsetof(struct srv_options, stats_interval) },
 };
 
 /* Request sizes, up to the largest request. */
@@ -179,6 +185,7 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 		 "unknown key (server keys: listen, port, socket, threads, "
 		 "backend, poll-us, handshake-timeout, max-connections, "
 		 "memory, async-min, sendfile-min, log, tls, "
-		 "tls-certificates, tls-psk, tls-verify-peer, user, group)");
+		 "tls-certificates, tls-psk, tls-verify-peer, user, group, "
+		 "stats, stats-interval, control)");
 	return -ENOENT;
 }

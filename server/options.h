@@ -26,6 +26,7 @@
 #define SRV_DEFAULT_HANDSHAKE_S 10u /* qemu's since CVE-2024-7409 */
 #define SRV_MAX_HANDSHAKE_S 3600u
 #define SRV_DEFAULT_MAX_CONNS 1024u
+#define SRV_MAX_STATS_INTERVAL 86400u
 #define SRV_MAX_MAX_CONNS 1000000u
 /* Default buffer cache budget: per worker, and at most 1/8 of the RAM. */
 #define SRV_MEMORY_PER_WORKER (128ull << 20)
@@ -71,6 +72,9 @@ struct srv_options {
 	char *tls_psk; /* psktool file; NULL = none */
 	bool tls_verify_peer;
 	char *user, *group; /* drop root to these; NULL = stay */
+	char *stats_file; /* JSON statistics at exit (and every interval) */
+	unsigned int stats_interval; /* seconds; 0 = at exit only */
+	char *control; /* the read-only statistics socket; NULL = none */
 };
 
 /*

@@ -222,6 +222,9 @@ void reply_queue(struct nbd_req *r)
 {
 	struct conn *c = r->c;
 
+	nbdl_account(c->exp, r->type, r->len, r->err, r->t0);
+	r->t0 = 0;
+
 	if (r->type == NBD_CMD_READ) {
 		if (!c->opts.structured)
 			reply_simple(r, true);

@@ -43,6 +43,8 @@ void req_free(struct nbd_req *r)
 	struct conn *c = r->c;
 	struct worker *w = c->w;
 
+	if (r->t0) /* never answered: the connection went */
+		nbdl_account(c->exp, NBDL_ACCT_DROPPED, 0, 0, r->t0);
 	if (r->buf) {
 		buf_put(&w->bufs, r->buf, r->buf_class);
 		c->inflight_bytes -= buf_class_bytes(r->buf_class);
@@ -104,6 +106,7 @@ int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
 	r->cookie = get64(h + REQ_COOKIE);
 	r->offset = get64(h + REQ_OFFSET);
 	r->len = get32(h + REQ_LEN);
+	r->t0 = io_stats_start(c->exp->stats);
 	r->err = nbdl_req_check(c->exp, &c->opts, r->type, r->flags, r->offset,
 				r->len);
 	if ((r->type != NBD_CMD_READ && r->type != NBD_CMD_WRITE) ||

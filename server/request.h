@@ -28,6 +28,7 @@ struct nbd_req {
 	uint16_t type;
 	uint16_t flags;
 	uint32_t err; /* NBD error value, 0 = success */
+	uint64_t t0; /* io_stats_start of the export's, until counted */
 	void *buf; /* payload, from the worker's buffer cache */
 	unsigned int buf_class;
 	uint32_t have; /* payload bytes received so far */

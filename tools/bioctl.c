@@ -11,6 +11,7 @@
  *                  [--max-rate RATE] MEMBER...
  *   bioctl rebuild [--max-rate RATE] [--force] MEMBER...
  *                  --replace OLD NEW | --role R NEW
+ *   bioctl stat [-i SECONDS] [-n COUNT] [--json] SOCKET|PIDFILE
  *
  * create writes a superblock on every member, role i for the i-th member
  * given, creating or extending sparse files as the size needs; it refuses
@@ -31,7 +32,8 @@
  * gives a mirror's role (OLD's, or --role R) to a new member NEW, offline
  * and in the synced steps of docs/format.md "Rebuild", copying NEW's rows
  * from the other active copies; a run stopped by Ctrl-C or a crash
- * records where it got to, and the same command resumes there.
+ * records where it got to, and the same command resumes there.  stat
+ * (bioctl-stat.c) shows a running bionbd's statistics.
  *
  * Exit status: 0 done (info: a complete volume, degraded or not; check:
  * clean, or repaired; rebuild: NEW active); 1 refused or failed (info: not
@@ -62,6 +64,8 @@
 #include <bionbd/superblock.h>
 #include <bionbd/target.h>
 
+#include "bioctl.h"
+
 static void usage(FILE *f)
 {
 	fputs("Usage: bioctl create [--level raid0|raid1|raid10] [--copies K]\n"
@@ -73,6 +77,7 @@ static void usage(FILE *f)
 	      "                      [--max-rate RATE] MEMBER...\n"
 	      "       bioctl rebuild [--max-rate RATE] [--force] MEMBER...\n"
 	      "                      --replace OLD NEW | --role R NEW\n"
+	      "       bioctl stat [-i SECONDS] [-n COUNT] [--json] SOCKET|PIDFILE\n"
 	      "\n"
 	      "create: write a superblock on every member (role i = the i-th MEMBER),\n"
 	      "        creating or extending sparse files to hold SIZE; refuses members\n"
@@ -98,7 +103,11 @@ static void usage(FILE *f)
 	      "        data is copied from the other copies, it turns active.\n"
 	      "        OLD may be missing, faulty, stale or active (a migration).\n"
 	      "        Offline.  Interrupted, the same command resumes it.\n"
-	      "        --force overwrites a file system or another volume on NEW.\n",
+	      "        --force overwrites a file system or another volume on NEW.\n"
+	      "stat:   a running bionbd's statistics from its control socket\n"
+	      "        (--control, or PIDFILE.ctl): totals, then every -i seconds\n"
+	      "        (default 1) rates and p99 latencies, -n reports (default:\n"
+	      "        until Ctrl-C); --json prints the server's document.\n",
 	      f);
 }
 
@@ -2211,6 +2220,8 @@ int main(int argc, char **argv)
 		return cmd_convert(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "rebuild"))
 		return cmd_rebuild(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "stat"))
+		return cmd_stat(argc - 1, argv + 1);
 	fprintf(stderr, "bioctl: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;

@@ -375,6 +375,7 @@ nbd_uri() {
 _server_cmd() {
     local sock=$1 pidfile=$2 ro='' chunk='' size='' be='' conf='' export='' arg
     local threads='' async='' sendfile='' level='' copies='' verbose='' n
+    local stats='' nostats=''
     shift 2
     local mem=() spares=() faults=()
     while [[ $# -gt 0 ]]; do
@@ -389,6 +390,8 @@ _server_cmd() {
         --spare) spares+=("$2"); shift ;;
         --fault | --delay) faults+=("${1#--}" "$2"); shift ;;
         -v) verbose=1 ;;
+        --stats) stats=$2; shift ;;
+        --no-statistics) nostats=1 ;;
         --level) level=$2; shift ;;
         --copies) copies=$2; shift ;;
         --async-min) async=$2; shift ;;
@@ -411,6 +414,8 @@ _server_cmd() {
         for ((n = 0; n < ${#faults[@]}; n += 2)); do
             _cmd+=("${faults[n]}=${faults[n + 1]}")
         done
+        [[ -z $stats ]] || _cmd+=("stats=$stats")
+        [[ -z $nostats ]] || _cmd+=("statistics=false")
         [[ -z $level ]] || _cmd+=("level=$level")
         [[ -z $copies ]] || _cmd+=("copies=$copies")
         [[ -z $chunk ]] || _cmd+=("stripe-size=$chunk")
@@ -435,6 +440,8 @@ _server_cmd() {
         for ((n = 0; n < ${#faults[@]}; n += 2)); do
             _cmd+=("--${faults[n]}" "${faults[n + 1]}")
         done
+        [[ -z $stats ]] || _cmd+=(--stats "$stats")
+        [[ -z $nostats ]] || _cmd+=(--no-statistics)
         [[ -z $level ]] || _cmd+=(--level "$level")
         [[ -z $copies ]] || _cmd+=(--copies "$copies")
         _cmd+=("${mem[@]}")

@@ -538,13 +538,39 @@ def run_cases(cases, after=None):
         log(f"ok {name} ({time.monotonic() - t:.2f} s)")
 
 
+def listening_inodes():
+    """Inodes of every listening socket: unix ones (flag __SO_ACCEPTCON)
+    and TCP ones (state LISTEN)."""
+    out = set()
+    with open("/proc/net/unix") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if int(fields[3], 16) & 0x10000:
+                out.add(fields[6])
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/net/{name}") as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if fields[3] == "0A":
+                        out.add(fields[9])
+        except FileNotFoundError:
+            pass
+    return out
+
+
 def server_conns(pid):
-    """Open sockets of server process pid, minus its listener."""
+    """Open sockets of server process pid that are not listeners (the NBD
+    listeners, the control socket)."""
+    listening = listening_inodes()
     n = 0
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
-                n += 1
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
         except FileNotFoundError:
-            pass
-    return n - 1
+            continue
+        if link.startswith("socket:[") and link[8:-1] not in listening:
+            n += 1
+    return n

@@ -116,6 +116,7 @@ struct bio_extents {
 };
 
 struct bio;
+struct io_stats;
 typedef void bio_end_io_t(struct bio *bio);
 
 /* bi_flags */
@@ -123,6 +124,8 @@ enum {
 	BIO_CHAIN = 1u << 0, /* __bi_remaining is live */
 	BIO_CLONED = 1u << 1, /* shares another bio's vector */
 	BIO_EXT_VEC = 1u << 2, /* bi_io_vec was allocated apart */
+	BIO_NO_ACCT = 1u << 3, /* not counted below (stats.h): a part of a
+				* bio that is counted already */
 };
 
 #define BIO_INLINE_VECS 4
@@ -138,6 +141,13 @@ struct bio {
 	bio_end_io_t *bi_end_io;
 	void *bi_private;
 	struct bio_extents *bi_ext; /* REQ_OP_EXTENTS only */
+	/*
+	 * Accounting (stats.h): set by the target that counts the bio (a
+	 * member file), ended by bio_endio when the bio completes.
+	 */
+	struct io_stats *bi_acct;
+	uint64_t bi_acct_start;
+	uint32_t bi_acct_bytes;
 	unsigned short bi_vcnt;
 	unsigned short bi_max_vecs;
 	struct bio_vec *bi_io_vec;

@@ -191,6 +191,11 @@ struct file_target_opts {
 	 * another copy rather than serve zeros.
 	 */
 	bool eof_error;
+	/*
+	 * Count this member's I/O (stats.h) in a statistics object of its
+	 * own, named by its path, under this one; NULL: not counted.
+	 */
+	struct io_stats *stats_parent;
 };
 
 /**

@@ -57,6 +57,11 @@ struct volume_config {
 	 */
 	const struct fault_text *faults;
 	unsigned int nr_faults;
+	/*
+	 * The export's statistics: every member (and spare) counts its I/O
+	 * in a child of it (file_target_opts.stats_parent).  NULL: none.
+	 */
+	struct io_stats *stats;
 };
 
 /* What volume_open_info() found out about a volume. */

@@ -70,6 +70,7 @@ struct conf_export {
 	uint64_t chunk_bytes; /* stripe unit; STRIPE_DEFAULT_CHUNK unless set */
 	uint64_t size_bytes;  /* 0 = from the members */
 	bool readonly;
+	bool no_statistics; /* statistics = false: nothing counted */
 	unsigned int
 	    line; /* line of its [export] header; 0 = not from a file */
 };
@@ -140,7 +141,7 @@ void conf_export_release(struct conf_export *e);
 /**
  * conf_export_set - apply one export key ("file", "spare", "level",
  *                   "copies", "stripe-size", "size", "read-only",
- *                   "description", "fault", "delay")
+ *                   "description", "fault", "delay", "statistics")
  * @errbuf: on failure "key=value: reason" (callers add file and line)
  *
  * "file" and "spare" append a path (refused when the same path is already

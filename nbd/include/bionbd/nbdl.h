@@ -33,11 +33,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <bionbd/bio.h>
 #include <bionbd/config.h>
 #include <bionbd/ioq.h>
 #include <bionbd/nbd-proto.h>
+#include <bionbd/stats.h>
 #include <bionbd/target.h>
 #include <bionbd/volume.h>
 
@@ -67,6 +69,8 @@ struct nbdl_export {
 	struct volume_info info; /* superblocks, member order, data offset */
 	/* Serialises read-modify-writes of partial sectors (see the top). */
 	pthread_mutex_t rmw_lock;
+	/* Requests of the export; its members' are its children (stats.h). */
+	struct io_stats *stats;
 };
 
 /**
@@ -132,6 +136,32 @@ uint16_t nbdl_transmission_flags(const struct nbdl_export *e,
 uint32_t nbdl_req_check(const struct nbdl_export *e,
 			const struct nbdl_conn_opts *co, uint16_t type,
 			uint16_t flags, uint64_t offset, uint32_t len);
+
+/**
+ * nbdl_account - count request @type of @len bytes, answered with NBD
+ * error @nbd_err (0: success), begun at @t0 (io_stats_start of the
+ * export's statistics), in the export's statistics.  A request dropped
+ * unanswered (its connection went) passes @type NBDL_ACCT_DROPPED: it only
+ * leaves the in-flight count.
+ */
+#define NBDL_ACCT_DROPPED 0xffffu
+void nbdl_account(struct nbdl_export *e, uint16_t type, uint32_t len,
+		  uint32_t nbd_err, uint64_t t0);
+
+/**
+ * nbdl_stats_json - the statistics of @nr exports and their members as
+ * one JSON document (docs/stats.md) on @f.
+ */
+void nbdl_stats_json(FILE *f, struct nbdl_export *v, unsigned int nr);
+
+/**
+ * nbdl_stats_write - that document into @path, written aside and renamed
+ * over it (a reader never sees half of one).  0 or -errno, logged.
+ */
+int nbdl_stats_write(const char *path, struct nbdl_export *v, unsigned int nr);
+
+/** nbdl_stats_log - the same, a line per export and member, to the log. */
+void nbdl_stats_log(struct nbdl_export *v, unsigned int nr);
 
 /** nbdl_opf - the bio op and flags for NBD command @type with @flags. */
 unsigned int nbdl_opf(uint16_t type, uint16_t flags);

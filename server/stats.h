@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stats.h - bionbd's statistics outputs (stats.c): SIGUSR1, --stats FILE,
+ * the control socket.  Main thread only.
+ */
+#ifndef BIONBD_SERVER_STATS_H
+#define BIONBD_SERVER_STATS_H
+
+#include <ev.h>
+
+#include "options.h"
+#include "server.h"
+
+/*
+ * Before privileges go: bind the control socket (--control SOCK, or
+ * PIDFILE.ctl with a pidfile; mode 0600).  0 or -errno with a message.
+ */
+int srv_stats_open(const struct srv_options *o, const char *pidfile,
+		   char *errbuf, size_t errlen);
+
+/* The control socket's path (for chown), or NULL. */
+const char *srv_stats_control_path(void);
+
+/* Serving: SIGUSR1, the control socket, the --stats-interval timer. */
+void srv_stats_start(struct ev_loop *loop, struct server *srv,
+		     const struct srv_options *o);
+
+/* --stats FILE now (written aside, then renamed); 0 or -errno, logged. */
+int srv_stats_write(void);
+
+/* Stop the watchers; close and remove the control socket. */
+void srv_stats_stop(struct ev_loop *loop);
+
+void srv_stats_release(void);
+
+#endif /* BIONBD_SERVER_STATS_H */

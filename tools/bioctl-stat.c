@@ -1,0 +1,528 @@
+// SPDX-License-Identifier: MIT
+/*
+ * bioctl-stat.c - "bioctl stat": a running bionbd's statistics as a table,
+ * like iostat -x: the first report since the server started, then one per
+ * interval with rates and that interval's latency percentiles.  Reads the
+ * JSON document (docs/stats.md) from the server's control socket; the
+ * reader below takes exactly that subset of JSON, nothing more.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bioctl.h"
+
+/* ---- a small JSON reader ---- */
+
+enum jtype { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
+
+struct jv {
+	enum jtype type;
+	double num;
+	uint64_t u; /* exact, for integers */
+	char *str; /* J_STR; the key when inside an object */
+	char *key;
+	struct jv *kids; /* J_ARR, J_OBJ */
+	size_t nr;
+};
+
+struct jp {
+	const char *s, *end;
+	int depth;
+};
+
+static void jv_free(struct jv *v)
+{
+	for (size_t i = 0; i < v->nr; i++)
+		jv_free(&v->kids[i]);
+	free(v->kids);
+	free(v->str);
+	free(v->key);
+}
+
+static void skip_ws(struct jp *p)
+{
+	while (p->s < p->end && strchr(" \t\r\n", *p->s))
+		p->s++;
+}
+
+static int parse_value(struct jp *p, struct jv *v);
+
+static int parse_string(struct jp *p, char **out)
+{
+	size_t cap = 16, len = 0;
+	char *b = malloc(cap);
+
+	if (!b || *p->s != '"')
+		goto bad;
+	for (p->s++; p->s < p->end && *p->s != '"'; p->s++) {
+		char c = *p->s;
+
+		if (c == '\\') {
+			if (++p->s >= p->end)
+				goto bad;
+			c = *p->s == 'n' ? '\n' : *p->s == 't' ? '\t' : *p->s;
+			if (*p->s == 'u') { /* our writer: \u00XX only */
+				unsigned int x;
+
+				if (p->end - p->s < 5 ||
+				    sscanf(p->s + 1, "%4x", &x) != 1)
+					goto bad;
+				c = (char)x;
+				p->s += 4;
+			}
+		}
+		if (len + 2 > cap) {
+			char *nb = realloc(b, cap *= 2);
+
+			if (!nb)
+				goto bad;
+			b = nb;
+		}
+		b[len++] = c;
+	}
+	if (p->s >= p->end)
+		goto bad;
+	p->s++;
+	b[len] = '\0';
+	*out = b;
+	return 0;
+bad:
+	free(b);
+	return -EINVAL;
+}
+
+static int parse_items(struct jp *p, struct jv *v, char close, bool keys)
+{
+	p->s++;
+	skip_ws(p);
+	if (p->s < p->end && *p->s == close) {
+		p->s++;
+		return 0;
+	}
+	for (;;) {
+		struct jv item = { 0 }, *nk;
+
+		skip_ws(p);
+		if (keys) {
+			if (parse_string(p, &item.key))
+				return -EINVAL;
+			skip_ws(p);
+			if (p->s >= p->end || *p->s++ != ':') {
+				free(item.key);
+				return -EINVAL;
+			}
+		}
+		if (parse_value(p, &item)) {
+			jv_free(&item);
+			return -EINVAL;
+		}
+		nk = realloc(v->kids, (v->nr + 1) * sizeof(*nk));
+		if (!nk) {
+			jv_free(&item);
+			return -ENOMEM;
+		}
+		v->kids = nk;
+		v->kids[v->nr++] = item;
+		skip_ws(p);
+		if (p->s < p->end && *p->s == ',') {
+			p->s++;
+			continue;
+		}
+		if (p->s < p->end && *p->s == close) {
+			p->s++;
+			return 0;
+		}
+		return -EINVAL;
+	}
+}
+
+static int parse_value(struct jp *p, struct jv *v)
+{
+	char *end;
+	int r;
+
+	skip_ws(p);
+	if (p->s >= p->end || p->depth >= 16)
+		return -EINVAL;
+	switch (*p->s) {
+	case '{':
+	case '[':
+		v->type = *p->s == '{' ? J_OBJ : J_ARR;
+		p->depth++;
+		r = parse_items(p, v, v->type == J_OBJ ? '}' : ']',
+				v->type == J_OBJ);
+		p->depth--;
+		return r;
+	case '"':
+		v->type = J_STR;
+		return parse_string(p, &v->str);
+	case 't': case 'f': case 'n':
+		v->type = *p->s == 'n' ? J_NULL : J_BOOL;
+		v->u = *p->s == 't';
+		while (p->s < p->end && *p->s >= 'a' && *p->s <= 'z')
+			p->s++;
+		return 0;
+	default:
+		v->type = J_NUM;
+		errno = 0;
+		v->num = strtod(p->s, &end);
+		if (end == p->s || errno)
+			return -EINVAL;
+		v->u = strtoull(p->s, NULL, 10);
+		p->s = end;
+		return 0;
+	}
+}
+
+static const struct jv *jget(const struct jv *v, const char *key)
+{
+	for (size_t i = 0; v && v->type == J_OBJ && i < v->nr; i++)
+		if (!strcmp(v->kids[i].key, key))
+			return &v->kids[i];
+	return NULL;
+}
+
+static uint64_t jnum(const struct jv *v, const char *key)
+{
+	const struct jv *x = jget(v, key);
+
+	return x && x->type == J_NUM ? x->u : 0;
+}
+
+/* ---- the server's document ---- */
+
+#define OPS 7 /* the document's ops, in its order */
+static const char *const op_names[OPS] = {
+	"read", "write", "flush", "trim", "cache", "write-zeroes",
+	"block-status",
+};
+#define HIST 32
+
+struct op_counts {
+	uint64_t requests, bytes, errors;
+	uint64_t hist[HIST];
+};
+
+struct row {
+	char name[256];
+	bool member;
+	uint64_t inflight;
+	struct op_counts op[OPS];
+};
+
+struct report {
+	double time;
+	struct row *rows;
+	size_t nr;
+};
+
+static void row_fill(struct row *r, const struct jv *o, bool member)
+{
+	const struct jv *name = jget(o, "name"), *ops = jget(o, "ops");
+
+	memset(r, 0, sizeof(*r));
+	snprintf(r->name, sizeof(r->name), "%s",
+		 name && name->type == J_STR ? name->str : "?");
+	r->member = member;
+	r->inflight = jnum(o, "inflight");
+	for (int k = 0; k < OPS; k++) {
+		const struct jv *op = jget(ops, op_names[k]);
+		const struct jv *errs = jget(op, "errors");
+		const struct jv *hist = jget(op, "histogram_us");
+
+		r->op[k].requests = jnum(op, "requests");
+		r->op[k].bytes = jnum(op, "bytes");
+		for (size_t e = 0; errs && e < errs->nr; e++)
+			r->op[k].errors += errs->kids[e].u;
+		for (size_t h = 0; hist && h < hist->nr; h++) {
+			const struct jv *pair = &hist->kids[h];
+			unsigned int b;
+
+			if (pair->type != J_ARR || pair->nr != 2)
+				continue;
+			/* The bucket's upper edge, 2^b us. */
+			b = pair->kids[0].u ?
+				    (unsigned int)__builtin_ctzll(pair->kids[0].u) :
+				    HIST;
+			if (b < HIST)
+				r->op[k].hist[b] = pair->kids[1].u;
+		}
+	}
+}
+
+static int report_parse(const char *text, size_t len, struct report *out)
+{
+	struct jp p = { .s = text, .end = text + len };
+	struct jv doc = { 0 };
+	const struct jv *exports;
+	int r = parse_value(&p, &doc);
+
+	memset(out, 0, sizeof(*out));
+	exports = jget(&doc, "exports");
+	if (r || !exports || exports->type != J_ARR) {
+		jv_free(&doc);
+		return -EINVAL;
+	}
+	out->time = jget(&doc, "time") ? jget(&doc, "time")->num : 0;
+	for (size_t i = 0; i < exports->nr; i++) {
+		const struct jv *e = &exports->kids[i];
+		const struct jv *m = jget(e, "members");
+		size_t want = out->nr + 1 + (m ? m->nr : 0);
+		struct row *v = realloc(out->rows, want * sizeof(*v));
+
+		if (!v) {
+			jv_free(&doc);
+			return -ENOMEM;
+		}
+		out->rows = v;
+		row_fill(&out->rows[out->nr++], e, false);
+		for (size_t k = 0; m && k < m->nr; k++)
+			row_fill(&out->rows[out->nr++], &m->kids[k], true);
+	}
+	jv_free(&doc);
+	return 0;
+}
+
+/* The control socket: a socket path, or a pidfile (PIDFILE.ctl). */
+static int fetch(const char *where, char **text, size_t *len)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char path[sizeof(sa.sun_path) + 8];
+	struct stat st;
+	size_t cap = 65536;
+	int fd, r = 0;
+
+	snprintf(path, sizeof(path), "%s", where);
+	if (!stat(where, &st) && S_ISREG(st.st_mode))
+		snprintf(path, sizeof(path), "%s.ctl", where);
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	*len = 0;
+	*text = malloc(cap);
+	for (;;) {
+		ssize_t n;
+
+		if (!*text) {
+			close(fd);
+			return -ENOMEM;
+		}
+		if (*len == cap) {
+			char *nt = realloc(*text, cap *= 2);
+
+			if (!nt)
+				free(*text);
+			*text = nt;
+			continue;
+		}
+		n = read(fd, *text + *len, cap - *len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			r = n < 0 ? -errno : 0;
+			break;
+		}
+		*len += (size_t)n;
+	}
+	close(fd);
+	if (r)
+		free(*text);
+	return r;
+}
+
+/* Latency under which p of the counts fell: the bucket's upper edge, ms. */
+static double p_ms(const uint64_t *hist, double p)
+{
+	uint64_t total = 0, seen = 0, want;
+
+	for (int b = 0; b < HIST; b++)
+		total += hist[b];
+	if (!total)
+		return 0;
+	want = (uint64_t)(p * (double)total);
+	for (int b = 0; b < HIST; b++) {
+		seen += hist[b];
+		if (seen > want)
+			return (double)(1ull << b) / 1000.0;
+	}
+	return 0;
+}
+
+static const struct row *find_prev(const struct report *prev,
+				   const struct row *r, size_t i)
+{
+	if (!prev)
+		return NULL;
+	if (i < prev->nr && !strcmp(prev->rows[i].name, r->name) &&
+	    prev->rows[i].member == r->member)
+		return &prev->rows[i];
+	for (size_t k = 0; k < prev->nr; k++)
+		if (!strcmp(prev->rows[k].name, r->name) &&
+		    prev->rows[k].member == r->member)
+			return &prev->rows[k];
+	return NULL;
+}
+
+/*
+ * One report: totals since the server started (no @prev), else rates over
+ * the interval since @prev and that interval's p99.
+ */
+static void print_report(const struct report *cur, const struct report *prev)
+{
+	double secs = prev ? cur->time - prev->time : 0;
+	bool rates = prev && secs > 0;
+
+	printf("%-24s %9s %9s %9s %9s %7s %7s %7s %7s %6s %8s %8s\n",
+	       rates ? "export/member" : "export/member (total)",
+	       rates ? "r/s" : "reads", rates ? "rMiB/s" : "rMiB",
+	       rates ? "w/s" : "writes", rates ? "wMiB/s" : "wMiB",
+	       rates ? "f/s" : "flush", rates ? "t/s" : "trim",
+	       rates ? "z/s" : "zero", rates ? "err/s" : "errors", "inflt",
+	       "r_p99ms", "w_p99ms");
+	for (size_t i = 0; i < cur->nr; i++) {
+		const struct row *r = &cur->rows[i], *p = find_prev(prev, r, i);
+		struct op_counts d[OPS];
+		uint64_t errs = 0;
+		double div = rates ? secs : 1;
+		char name[sizeof(r->name) + 4];
+
+		for (int k = 0; k < OPS; k++) {
+			d[k] = r->op[k];
+			if (p && rates) {
+				d[k].requests -= p->op[k].requests;
+				d[k].bytes -= p->op[k].bytes;
+				d[k].errors -= p->op[k].errors;
+				for (int b = 0; b < HIST; b++)
+					d[k].hist[b] -= p->op[k].hist[b];
+			}
+			errs += d[k].errors;
+		}
+		snprintf(name, sizeof(name), "%s%s", r->member ? "  " : "",
+			 r->name[0] || r->member ? r->name : "''");
+		printf("%-24.24s %9.0f %9.1f %9.0f %9.1f %7.0f %7.0f %7.0f "
+		       "%7.0f %6" PRIu64 " %8.3f %8.3f\n",
+		       name, d[0].requests / div,
+		       d[0].bytes / 1048576.0 / div, d[1].requests / div,
+		       d[1].bytes / 1048576.0 / div, d[2].requests / div,
+		       d[3].requests / div, d[5].requests / div, errs / div,
+		       r->inflight, p_ms(d[0].hist, 0.99),
+		       p_ms(d[1].hist, 0.99));
+	}
+	fflush(stdout);
+}
+
+static volatile sig_atomic_t stop;
+
+static void on_int(int sig)
+{
+	stop = 1;
+}
+
+int cmd_stat(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "interval", required_argument, NULL, 'i' },
+		{ "count", required_argument, NULL, 'n' },
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct report prev = { 0 }, cur;
+	double interval = 1;
+	long count = 0;
+	bool json = false;
+	int ch, r;
+
+	while ((ch = getopt_long(argc, argv, "i:n:", longopts, NULL)) != -1) {
+		char *end;
+
+		switch (ch) {
+		case 'i':
+			interval = strtod(optarg, &end);
+			if (*end || !(interval >= 0.1 && interval <= 86400)) {
+				fprintf(stderr,
+					"bioctl stat: --interval %s: expected seconds, 0.1 to 86400\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'n':
+			count = strtol(optarg, &end, 10);
+			if (*end || count < 1) {
+				fprintf(stderr,
+					"bioctl stat: --count %s: expected a number of reports, 1 or more\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'j': json = true; break;
+		default: return 2;
+		}
+	}
+	if (optind != argc - 1) {
+		fprintf(stderr,
+			"bioctl stat: give one control socket or pidfile\n");
+		return 2;
+	}
+	signal(SIGINT, on_int);
+	signal(SIGTERM, on_int);
+	for (long n = 0; !stop && (!count || n < count); n++) {
+		struct timespec ts = { (time_t)interval,
+				       (long)((interval - (time_t)interval) *
+					      1e9) };
+		size_t len = 0;
+		char *text = NULL;
+
+		if (n)
+			nanosleep(&ts, NULL);
+		if (stop)
+			break;
+		r = fetch(argv[optind], &text, &len);
+		if (r) {
+			fprintf(stderr, "bioctl stat: %s: %s\n", argv[optind],
+				strerror(-r));
+			free(prev.rows);
+			return 1;
+		}
+		if (json) {
+			fwrite(text, 1, len, stdout);
+			fflush(stdout);
+			free(text);
+			continue;
+		}
+		r = report_parse(text, len, &cur);
+		free(text);
+		if (r) {
+			fprintf(stderr,
+				"bioctl stat: %s: not a statistics document\n",
+				argv[optind]);
+			free(prev.rows);
+			return 1;
+		}
+		if (n)
+			putchar('\n');
+		print_report(&cur, n ? &prev : NULL);
+		free(prev.rows);
+		prev = cur;
+	}
+	free(prev.rows);
+	return 0;
+}
