@@ -17,7 +17,7 @@
 /* Members an export can have: roles, and a spare or two in service. */
 #define STATS_MAX_CHILDREN 80
 
-static void json_string(FILE *f, const char *s)
+void nbdl_json_string(FILE *f, const char *s)
 {
 	fputc('"', f);
 	for (; *s; s++) {
@@ -72,7 +72,7 @@ static void json_object(FILE *f, struct io_stats *st)
 
 	io_stats_snapshot(st, &s);
 	fputs("{\"name\": ", f);
-	json_string(f, io_stats_name(st));
+	nbdl_json_string(f, io_stats_name(st));
 	fprintf(f, ", \"inflight\": %" PRIu64 ", \"ops\": {", s.inflight);
 	for (unsigned int op = 0; op < REQ_OP_LAST; op++) {
 		fprintf(f, "%s\"%s\": ", op ? ", " : "",
@@ -82,7 +82,8 @@ static void json_object(FILE *f, struct io_stats *st)
 	fputc('}', f);
 }
 
-void nbdl_stats_json(FILE *f, struct nbdl_export *v, unsigned int nr)
+void nbdl_stats_json(FILE *f, struct nbdl_export *v, unsigned int nr,
+		     nbdl_stats_more_fn *more, void *arg)
 {
 	struct timespec now;
 
@@ -108,10 +109,14 @@ void nbdl_stats_json(FILE *f, struct nbdl_export *v, unsigned int nr)
 		}
 		fputs("]}", f);
 	}
-	fputs("\n]}\n", f);
+	fputs("\n]", f);
+	if (more)
+		more(f, arg);
+	fputs("}\n", f);
 }
 
-int nbdl_stats_write(const char *path, struct nbdl_export *v, unsigned int nr)
+int nbdl_stats_write(const char *path, struct nbdl_export *v, unsigned int nr,
+		     nbdl_stats_more_fn *more, void *arg)
 {
 	char *tmp = NULL;
 	FILE *f;
@@ -125,7 +130,7 @@ int nbdl_stats_write(const char *path, struct nbdl_export *v, unsigned int nr)
 		r = -errno;
 		goto out;
 	}
-	nbdl_stats_json(f, v, nr);
+	nbdl_stats_json(f, v, nr, more, arg);
 	if (fclose(f) || rename(tmp, path)) {
 		r = -errno;
 		unlink(tmp);

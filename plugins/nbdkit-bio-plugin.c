@@ -309,7 +309,8 @@ static void bio_unload(void)
 	pthread_mutex_unlock(&ioq_lock);
 
 	if (stats_path && exports)
-		(void)nbdl_stats_write(stats_path, exports, nr_exports);
+		(void)nbdl_stats_write(stats_path, exports, nr_exports, NULL,
+				       NULL);
 	nbdl_exports_close(exports, nr_exports, backend);
 	exports = NULL;
 	nr_exports = 0;

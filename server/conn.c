@@ -37,6 +37,7 @@
 
 #include "handshake.h"
 #include "request.h"
+#include "stats.h"
 
 static void conn_read_cb(struct ev_loop *loop, ev_io *w, int revents);
 static void conn_write_cb(struct ev_loop *loop, ev_io *w, int revents);
@@ -70,6 +71,7 @@ static void conn_free(struct conn *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	w->nr_conns--;
+	srv_stats_conn_del(c);
 	nbdl_log(NBDL_DEBUG, "connection closed (fd %d)", c->fd);
 	tls_session_free(c->tls, c->tls_up && !c->dead);
 	close(c->fd);
@@ -236,6 +238,7 @@ void conn_accept(struct worker *w, int fd)
 	c->fd = fd;
 	c->unix_sock = sock_domain(fd) == AF_UNIX;
 	c->oq_tail = &c->oq_head;
+	srv_stats_conn_add(c);
 	nbdl_log(NBDL_DEBUG, "new connection (fd %d, %s)", fd,
 		 c->unix_sock ? "unix" : "TCP");
 	ev_io_init(&c->rio, conn_read_cb, fd, EV_READ);

@@ -73,6 +73,17 @@ struct conn {
 	bool draining; /* DISC, EOF or shutdown: finish, then close */
 	bool dead; /* socket failed: never write again */
 	struct nbd_req *oq_head, **oq_tail; /* replies to send, in order */
+
+	/*
+	 * Statistics (stats.c): the connection's answered requests, written
+	 * by its worker with relaxed stores, read by the main thread through
+	 * the registry while the connection is open.
+	 */
+	struct conn *reg_next, **reg_pprev;
+	uint64_t id; /* 1, 2, ... in accept order */
+	char peer[64]; /* "unix", or the client's address:port */
+	double since; /* wall clock at accept */
+	uint64_t st_requests[REQ_OP_LAST], st_bytes[REQ_OP_LAST], st_errors;
 };
 
 /*

@@ -90,7 +90,8 @@ static struct nbdl_export *find_export(struct conn *c, const uint8_t *name,
 
 static void enter_transmission(struct conn *c, struct nbdl_export *e)
 {
-	c->exp = e;
+	/* Read by the statistics (main thread) without the worker. */
+	__atomic_store_n(&c->exp, e, __ATOMIC_RELAXED);
 	if (c->meta_exp != e)
 		c->opts.meta_alloc = false;
 	c->state = CS_TRANSMISSION;

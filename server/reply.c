@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "request.h"
+#include "stats.h"
 #include "wire.h"
 
 static void reply_simple(struct nbd_req *r, bool with_data)
@@ -223,6 +224,7 @@ void reply_queue(struct nbd_req *r)
 	struct conn *c = r->c;
 
 	nbdl_account(c->exp, r->type, r->len, r->err, r->t0);
+	srv_stats_conn_count(c, r->type, r->len, r->err);
 	r->t0 = 0;
 
 	if (r->type == NBD_CMD_READ) {

@@ -8,9 +8,10 @@
  * shared or locked except the hand-off queue of new sockets and the
  * exports' read-modify-write lock (nbdl.h).
  *
- * Who calls whom (never both ways): main -> options, listener, worker;
- * listener -> worker; worker -> conn, busypoll, bufcache, request;
- * conn -> handshake, request, busypoll; request -> reply, bufcache.
+ * Who calls whom (never both ways): main -> options, listener, worker,
+ * stats; listener -> worker; worker -> conn, busypoll, bufcache, request;
+ * conn -> handshake, request, busypoll, stats; request -> reply, bufcache;
+ * reply -> stats; stats -> listener.
  */
 #ifndef BIONBD_SERVER_H
 #define BIONBD_SERVER_H

@@ -6,13 +6,18 @@
  * and closes it (bioctl stat reads it).  All of it on the main thread's
  * loop; counting itself happens in the workers (engine stats.h).
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "listener.h"
@@ -22,12 +27,110 @@
 #define CONTROL_SEND_TIMEOUT_S 1
 
 static struct server *stats_srv;
+/* The open connections, for their counts: workers add and remove. */
+static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct conn *conns;
+static uint64_t conns_next_id;
 static char *stats_path; /* --stats FILE */
 static char *control_path; /* bound by us: removed at stop */
 static int control_fd = -1;
 static ev_io control_w;
 static ev_timer interval_w;
 static ev_signal usr1_w;
+
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define ADD(x, v) __atomic_store_n(&(x), LOAD(x) + (v), __ATOMIC_RELAXED)
+
+void srv_stats_conn_add(struct conn *c)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	char host[48] = "?";
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	c->since = (double)now.tv_sec + now.tv_nsec / 1e9;
+	snprintf(c->peer, sizeof(c->peer), "unix");
+	if (!c->unix_sock && !getpeername(c->fd, (struct sockaddr *)&ss, &len)) {
+		const void *a = ss.ss_family == AF_INET6 ?
+			(const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr :
+			(const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+		unsigned int port = ntohs(ss.ss_family == AF_INET6 ?
+			((struct sockaddr_in6 *)&ss)->sin6_port :
+			((struct sockaddr_in *)&ss)->sin_port);
+
+		inet_ntop(ss.ss_family, a, host, sizeof(host));
+		snprintf(c->peer, sizeof(c->peer),
+			 ss.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", host,
+			 port);
+	}
+	pthread_mutex_lock(&conns_lock);
+	c->id = ++conns_next_id;
+	c->reg_next = conns;
+	if (conns)
+		conns->reg_pprev = &c->reg_next;
+	c->reg_pprev = &conns;
+	conns = c;
+	pthread_mutex_unlock(&conns_lock);
+}
+
+void srv_stats_conn_del(struct conn *c)
+{
+	if (!c->reg_pprev)
+		return; /* never added */
+	pthread_mutex_lock(&conns_lock);
+	*c->reg_pprev = c->reg_next;
+	if (c->reg_next)
+		c->reg_next->reg_pprev = c->reg_pprev;
+	pthread_mutex_unlock(&conns_lock);
+	c->reg_pprev = NULL;
+}
+
+void srv_stats_conn_count(struct conn *c, uint16_t type, uint32_t len,
+			  uint32_t nbd_err)
+{
+	enum req_op op;
+
+	if (type > NBD_CMD_BLOCK_STATUS || type == NBD_CMD_DISC)
+		return;
+	op = (enum req_op)(nbdl_opf(type, 0) & REQ_OP_MASK);
+	ADD(c->st_requests[op], 1);
+	if (nbd_err)
+		ADD(c->st_errors, 1);
+	else if (op != REQ_OP_FLUSH)
+		ADD(c->st_bytes[op], len);
+}
+
+/* The open connections, oldest last: the document's "connections". */
+static void conns_json(FILE *f, void *arg)
+{
+	fputs(", \"connections\": [", f);
+	pthread_mutex_lock(&conns_lock);
+	for (struct conn *c = conns; c; c = c->reg_next) {
+		/* The export is set once, by the worker, at the handshake. */
+		const struct nbdl_export *e = LOAD(c->exp);
+
+		fprintf(f, "%s\n  {\"id\": %" PRIu64 ", \"peer\": \"%s\", "
+			   "\"since\": %.3f, \"export\": ",
+			c == conns ? "" : ",", c->id, c->peer, c->since);
+		if (e)
+			nbdl_json_string(f, e->name);
+		else
+			fputs("null", f);
+		fprintf(f, ", \"errors\": %" PRIu64 ", \"ops\": {",
+			LOAD(c->st_errors));
+		for (unsigned int op = 0; op < REQ_OP_LAST; op++)
+			fprintf(f,
+				"%s\"%s\": {\"requests\": %" PRIu64
+				", \"bytes\": %" PRIu64 "}",
+				op ? ", " : "", nbdl_op_name((enum req_op)op),
+				LOAD(c->st_requests[op]),
+				LOAD(c->st_bytes[op]));
+		fputs("}}", f);
+	}
+	pthread_mutex_unlock(&conns_lock);
+	fputs("]", f);
+}
 
 /* The document in memory: one consistent snapshot per write. */
 static char *stats_render(size_t *len)
@@ -37,7 +140,8 @@ static char *stats_render(size_t *len)
 
 	if (!f)
 		return NULL;
-	nbdl_stats_json(f, stats_srv->exports, stats_srv->nr_exports);
+	nbdl_stats_json(f, stats_srv->exports, stats_srv->nr_exports,
+			conns_json, NULL);
 	if (fclose(f)) {
 		free(buf);
 		return NULL;
@@ -50,7 +154,7 @@ int srv_stats_write(void)
 	if (!stats_path)
 		return 0;
 	return nbdl_stats_write(stats_path, stats_srv->exports,
-				stats_srv->nr_exports);
+				stats_srv->nr_exports, conns_json, NULL);
 }
 
 static void control_cb(struct ev_loop *loop, ev_io *w, int revents)

@@ -8,6 +8,7 @@
 
 #include <ev.h>
 
+#include "conn.h"
 #include "options.h"
 #include "server.h"
 
@@ -32,5 +33,13 @@ int srv_stats_write(void);
 void srv_stats_stop(struct ev_loop *loop);
 
 void srv_stats_release(void);
+
+/* A connection opened (its id, peer and start set here) or closed. */
+void srv_stats_conn_add(struct conn *c);
+void srv_stats_conn_del(struct conn *c);
+
+/* Count a request @c answered (worker thread): type, length, NBD error. */
+void srv_stats_conn_count(struct conn *c, uint16_t type, uint32_t len,
+			  uint32_t nbd_err);
 
 #endif /* BIONBD_SERVER_STATS_H */

@@ -225,6 +225,7 @@ struct report {
 	double time;
 	struct row *rows;
 	size_t nr;
+	size_t conns; /* open connections (bionbd) */
 };
 
 static void row_fill(struct row *r, const struct jv *o, bool member)
@@ -275,6 +276,7 @@ static int report_parse(const char *text, size_t len, struct report *out)
 		return -EINVAL;
 	}
 	out->time = jget(&doc, "time") ? jget(&doc, "time")->num : 0;
+	out->conns = jget(&doc, "connections") ? jget(&doc, "connections")->nr : 0;
 	for (size_t i = 0; i < exports->nr; i++) {
 		const struct jv *e = &exports->kids[i];
 		const struct jv *m = jget(e, "members");
@@ -427,6 +429,7 @@ static void print_report(const struct report *cur, const struct report *prev)
 		       r->inflight, p_ms(d[0].hist, 0.99),
 		       p_ms(d[1].hist, 0.99));
 	}
+	printf("%zu connection%s open\n", cur->conns, cur->conns == 1 ? "" : "s");
 	fflush(stdout);
 }
 
@@ -482,6 +485,9 @@ int cmd_stat(int argc, char **argv)
 			"bioctl stat: give one control socket or pidfile\n");
 		return 2;
 	}
+	/* A document is for a script: one, unless more are asked for. */
+	if (json && !count)
+		count = 1;
 	signal(SIGINT, on_int);
 	signal(SIGTERM, on_int);
 	for (long n = 0; !stop && (!count || n < count); n++) {

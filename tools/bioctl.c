@@ -107,7 +107,8 @@ static void usage(FILE *f)
 	      "stat:   a running bionbd's statistics from its control socket\n"
 	      "        (--control, or PIDFILE.ctl): totals, then every -i seconds\n"
 	      "        (default 1) rates and p99 latencies, -n reports (default:\n"
-	      "        until Ctrl-C); --json prints the server's document.\n",
+	      "        until Ctrl-C); --json prints the server's document (once\n"
+	      "        unless -n).\n",
 	      f);
 }
 

@@ -11,7 +11,8 @@
 # (seed given): the export's and the members' EIO counts equal fio's error
 # count.  bionbd only: SIGUSR1 logs a snapshot with the same counts; the
 # control socket (PIDFILE.ctl, mode 0600) answers bioctl stat, whose table
-# has them too, and the --stats-interval file is there before exit; a
+# has them too; open connections are listed with their own counts and a
+# closed one no longer; the --stats-interval file is there before exit; a
 # corrupt answer is refused with a clear message.  statistics=false
 # (--no-statistics) counts nothing, and an export without statistics is
 # left out of the document beside one with them.
@@ -160,6 +161,42 @@ PY
 
 # --- the control socket, the interval file, no statistics ---------------------
 if [[ $SERVER == bionbd ]]; then
+    # Per connection: one that is open shows its own counts, by peer.
+    start_bionbd "${members[@]}"
+    NBD_URI=$NBD_URI BIOCTL=$BIOCTL PIDFILE=$SERVER_PIDFILE nbdpy - <<'PY' ||
+import json, os, subprocess, time
+from nbd_e2e import check, connect
+busy, idle = connect(), connect()
+for i in range(10):
+    busy.pread(4096, i * 65536)
+for i in range(3):
+    busy.pwrite(b"x" * 8192, i * 65536)
+busy.flush()
+idle.pread(512, 0)
+doc = json.loads(subprocess.run([os.environ["BIOCTL"], "stat", "--json",
+                                 os.environ["PIDFILE"]], check=True,
+                                capture_output=True).stdout)
+conns = doc["connections"]
+check(len(conns) == 2, f"{len(conns)} connections listed, 2 open")
+got = sorted((c["ops"]["read"]["requests"], c["ops"]["write"]["requests"],
+              c["ops"]["write"]["bytes"], c["ops"]["flush"]["requests"])
+             for c in conns)
+check(got == [(1, 0, 0, 0), (10, 3, 3 * 8192, 1)], f"per connection: {got}")
+check(all(c["peer"] == "unix" and c["export"] == "" for c in conns),
+      f"peers, exports: {conns}")
+idle.shutdown()
+# The closed one leaves the list once its worker saw it go.
+for _ in range(100):
+    table = subprocess.run([os.environ["BIOCTL"], "stat", "-n", "1",
+                            os.environ["PIDFILE"]], check=True,
+                           capture_output=True, text=True).stdout
+    if "\n1 connection open" in table:
+        break
+    time.sleep(0.05)
+check("\n1 connection open" in table, f"bioctl stat after a close:\n{table}")
+PY
+        die "per-connection counts"
+    stop_bionbd
     # --stats-interval: the file exists while the server runs.
     rm -f live.json
     start_bionbd --stats "$tmp/live.json" --stats-interval 1 "${members[@]}"

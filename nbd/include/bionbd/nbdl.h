@@ -148,17 +148,29 @@ uint32_t nbdl_req_check(const struct nbdl_export *e,
 void nbdl_account(struct nbdl_export *e, uint16_t type, uint32_t len,
 		  uint32_t nbd_err, uint64_t t0);
 
+/*
+ * A front end's own part of the statistics document: called after the
+ * exports, it writes `, "key": value` members of the top object.
+ */
+typedef void nbdl_stats_more_fn(FILE *f, void *arg);
+
 /**
  * nbdl_stats_json - the statistics of @nr exports and their members as
- * one JSON document (docs/stats.md) on @f.
+ * one JSON document (docs/stats.md) on @f, with @more's part (may be
+ * NULL).
  */
-void nbdl_stats_json(FILE *f, struct nbdl_export *v, unsigned int nr);
+void nbdl_stats_json(FILE *f, struct nbdl_export *v, unsigned int nr,
+		     nbdl_stats_more_fn *more, void *arg);
 
 /**
  * nbdl_stats_write - that document into @path, written aside and renamed
  * over it (a reader never sees half of one).  0 or -errno, logged.
  */
-int nbdl_stats_write(const char *path, struct nbdl_export *v, unsigned int nr);
+int nbdl_stats_write(const char *path, struct nbdl_export *v, unsigned int nr,
+		     nbdl_stats_more_fn *more, void *arg);
+
+/** nbdl_json_string - @s as a JSON string, quotes and escapes included. */
+void nbdl_json_string(FILE *f, const char *s);
 
 /** nbdl_stats_log - the same, a line per export and member, to the log. */
 void nbdl_stats_log(struct nbdl_export *v, unsigned int nr);
