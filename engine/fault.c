@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,21 +122,6 @@ static const struct {
 	{ "discard", REQ_OP_DISCARD }, { "zero", REQ_OP_WRITE_ZEROES },
 };
 
-static int perr(char *buf, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int perr(char *buf, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (buf && len) {
-		va_start(ap, fmt);
-		vsnprintf(buf, len, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
-
 static int parse_u64(const char *s, uint64_t *out)
 {
 	char *end;
@@ -210,17 +194,17 @@ static int parse_members(char *s, unsigned int nr_members, uint64_t *mask,
 		uint64_t m;
 
 		if (parse_u64(tok, &m) || m >= 64)
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "%s: expected member numbers from 0 (the first) to 63, or *",
 				    word);
 		if (nr_members && m >= nr_members)
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "%s: member %" PRIu64
 				    " does not exist (the volume has %u, numbered from 0)",
 				    word, m, nr_members);
 		*mask |= 1ull << m;
 	}
-	return *mask ? 0 : perr(errbuf, errlen, "%s: no member", word);
+	return *mask ? 0 : verr(errbuf, errlen, -EINVAL, "%s: no member", word);
 }
 
 static int parse_ops(char *s, unsigned int *ops, char *errbuf, size_t errlen,
@@ -241,12 +225,12 @@ static int parse_ops(char *s, unsigned int *ops, char *errbuf, size_t errlen,
 			if (!strcmp(tok, fault_op_names[i].name))
 				break;
 		if (i == ARRAY_SIZE(fault_op_names))
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "%s: expected read, write, flush, trim, zero (comma-separated) or *",
 				    word);
 		*ops |= 1u << fault_op_names[i].op;
 	}
-	return *ops ? 0 : perr(errbuf, errlen, "%s: no op", word);
+	return *ops ? 0 : verr(errbuf, errlen, -EINVAL, "%s: no op", word);
 }
 
 static int parse_errno(const char *s, int *err)
@@ -283,7 +267,7 @@ static int parse_ms(char *s, struct fault_rule *r)
 
 /* One word "key=value" (or "stall"); @word is a writable copy. */
 static int parse_word(struct fault_rule *r, char *word, unsigned int nr_members,
-		      const char *orig, bool *has_error, bool *has_ms,
+		      const char *orig, bool *has_ms,
 		      bool *has_dist, char *errbuf, size_t errlen)
 {
 	char *eq = strchr(word, '=');
@@ -296,7 +280,7 @@ static int parse_word(struct fault_rule *r, char *word, unsigned int nr_members,
 			r->stall = true;
 			return 0;
 		}
-		return perr(errbuf, errlen, "%s: expected key=value", orig);
+		return verr(errbuf, errlen, -EINVAL, "%s: expected key=value", orig);
 	}
 	*eq = '\0';
 	v = eq + 1;
@@ -309,7 +293,7 @@ static int parse_word(struct fault_rule *r, char *word, unsigned int nr_members,
 		bool vol = word[0] == 'r';
 
 		if (parse_range(v, vol ? &r->r0 : &r->m0, vol ? &r->r1 : &r->m1))
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "%s: expected START-END (END excluded), START+LENGTH or START- in bytes or sizes like 1G",
 				    orig);
 		if (vol)
@@ -325,7 +309,7 @@ static int parse_word(struct fault_rule *r, char *word, unsigned int nr_members,
 		if (pct)
 			v[n - 1] = '\0';
 		if (parse_num(v, &d) || (pct ? d > 100 : d > 1))
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "%s: expected a percentage (0%%-100%%) or a fraction (0-1)",
 				    orig);
 		r->rate = pct ? d / 100 : d;
@@ -333,24 +317,24 @@ static int parse_word(struct fault_rule *r, char *word, unsigned int nr_members,
 	}
 	if (!strcmp(word, "after") || !strcmp(word, "count")) {
 		if (parse_u64(v, &u))
-			return perr(errbuf, errlen, "%s: expected a count",
+			return verr(errbuf, errlen, -EINVAL, "%s: expected a count",
 				    orig);
 		*(word[0] == 'a' ? &r->after : &r->count) = u;
 		if (word[0] == 'c' && !u)
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "%s: a count of 0 would never fire", orig);
 		return 0;
 	}
 	if (!strcmp(word, "file")) {
 		if (!*v)
-			return perr(errbuf, errlen, "%s: empty path", orig);
+			return verr(errbuf, errlen, -EINVAL, "%s: empty path", orig);
 		free(r->file);
 		r->file = strdup(v);
 		return r->file ? 0 : -ENOMEM;
 	}
 	if (!strcmp(word, "seed")) {
 		if (parse_u64(v, &r->seed))
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "%s: expected a number (0 to 2^64-1)", orig);
 		r->seed_set = true;
 		return 0;
@@ -363,15 +347,14 @@ static int parse_word(struct fault_rule *r, char *word, unsigned int nr_members,
 				snprintf(names + strlen(names),
 					 sizeof(names) - strlen(names), "%s%s",
 					 i ? ", " : "", fault_errnos[i].name);
-			return perr(errbuf, errlen, "%s: expected one of %s",
+			return verr(errbuf, errlen, -EINVAL, "%s: expected one of %s",
 				    orig, names);
 		}
-		*has_error = true;
 		return 0;
 	}
 	if (r->kind == FAULT_ERROR && !strcmp(word, "torn")) {
 		if (parse_u64(v, &u) || u > UINT32_MAX >> SECTOR_SHIFT)
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "%s: expected the 512-byte sectors that reach the member",
 				    orig);
 		r->torn = true;
@@ -380,7 +363,7 @@ static int parse_word(struct fault_rule *r, char *word, unsigned int nr_members,
 	}
 	if (r->kind == FAULT_DELAY && !strcmp(word, "ms")) {
 		if (parse_ms(v, r) || r->ms_hi > FAULT_MAX_MS)
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "%s: expected milliseconds (5, 0.5) or a range (2-8), at most an hour",
 				    orig);
 		*has_ms = true;
@@ -394,12 +377,12 @@ static int parse_word(struct fault_rule *r, char *word, unsigned int nr_members,
 		else if (!strcmp(v, "exp"))
 			r->dist = DIST_EXP;
 		else
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "%s: expected fixed, uniform or exp", orig);
 		*has_dist = true;
 		return 0;
 	}
-	return perr(errbuf, errlen,
+	return verr(errbuf, errlen, -EINVAL,
 		    r->kind == FAULT_ERROR ?
 			    "%s: unknown key (fault keys: member, op, range, member-range, error, torn, rate, after, count, file, seed)" :
 			    "%s: unknown key (delay keys: member, op, range, member-range, ms, dist, stall, rate, after, count, file, seed)",
@@ -417,7 +400,7 @@ static int rule_parse(struct fault_rule *r, enum fault_kind kind,
 		      const char *text, unsigned int nr_members, char *errbuf,
 		      size_t errlen)
 {
-	bool has_error = false, has_ms = false, has_dist = false;
+	bool has_ms = false, has_dist = false;
 	char *copy = strdup(text), *save = NULL, *word;
 	int err = 0;
 
@@ -436,7 +419,7 @@ static int rule_parse(struct fault_rule *r, enum fault_kind kind,
 			err = -ENOMEM;
 			break;
 		}
-		err = parse_word(r, word, nr_members, orig, &has_error, &has_ms,
+		err = parse_word(r, word, nr_members, orig, &has_ms,
 				 &has_dist, errbuf, errlen);
 		free(orig);
 	}
@@ -445,28 +428,27 @@ static int rule_parse(struct fault_rule *r, enum fault_kind kind,
 		return err;
 	if (kind == FAULT_ERROR && r->torn) {
 		if (r->ops & ~(1u << REQ_OP_WRITE))
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "torn=%u: only writes can be torn (add op=write)",
 				    r->torn_sectors);
 	}
 	if (kind == FAULT_DELAY) {
 		if (r->stall && !r->file)
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "stall: holds bios while a file exists; add file=PATH");
 		if (r->stall == has_ms)
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "a delay needs either ms=MILLISECONDS or stall (with file=PATH)");
 		if (has_dist && r->dist == DIST_UNIFORM && r->ms_lo == r->ms_hi)
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "dist=uniform: needs a range, e.g. ms=2-8");
 		if (has_dist && r->dist != DIST_UNIFORM &&
 		    r->ms_lo != r->ms_hi)
-			return perr(errbuf, errlen,
+			return verr(errbuf, errlen, -EINVAL,
 				    "ms=%g-%g: a range is uniform; dist=%s takes one number",
 				    r->ms_lo, r->ms_hi,
 				    r->dist == DIST_EXP ? "exp" : "fixed");
 	}
-	(void)has_error;
 	r->text = strdup(text);
 	return r->text ? 0 : -ENOMEM;
 }
@@ -481,7 +463,7 @@ int fault_rule_check(enum fault_kind kind, const char *text,
 	err = rule_parse(&r, kind, text, nr_members, errbuf, errlen);
 	rule_release(&r);
 	if (err == -ENOMEM)
-		perr(errbuf, errlen, "out of memory");
+		verr(errbuf, errlen, -EINVAL, "out of memory");
 	return err ? -EINVAL : 0;
 }
 

@@ -41,24 +41,22 @@ static pthread_key_t shard_key;
 static pthread_once_t shard_once = PTHREAD_ONCE_INIT;
 static __thread struct stats_shard *my_shard;
 
-#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
-#define ADD(x, v) __atomic_store_n(&(x), LOAD(x) + (v), __ATOMIC_RELAXED)
-
 static void snap_add(struct io_stats_snap *to, const struct io_stats_snap *from)
 {
 	for (unsigned int o = 0; o < REQ_OP_LAST; o++) {
 		const struct io_stats_op *f = &from->op[o];
 		struct io_stats_op *t = &to->op[o];
 
-		t->requests += LOAD(f->requests);
-		t->bytes += LOAD(f->bytes);
-		t->lat_ns += LOAD(f->lat_ns);
+		t->requests += io_stats_read(&f->requests);
+		t->bytes += io_stats_read(&f->bytes);
+		t->lat_ns += io_stats_read(&f->lat_ns);
 		for (unsigned int e = 0; e < IOSE_NR; e++)
-			t->errors[e] += LOAD(f->errors[e]);
+			t->errors[e] += io_stats_read(&f->errors[e]);
 		for (unsigned int b = 0; b < IO_STATS_BUCKETS; b++)
-			t->hist[b] += LOAD(f->hist[b]);
+			t->hist[b] += io_stats_read(&f->hist[b]);
 	}
-	to->inflight += LOAD(from->inflight); /* net: starts less ends */
+	/* Net: starts less ends. */
+	to->inflight += io_stats_read(&from->inflight);
 }
 
 static void shard_exit(void *arg)
@@ -142,7 +140,7 @@ uint64_t io_stats_start(struct io_stats *st)
 
 	if (!st || !(snap = slot(st)))
 		return 0;
-	ADD(snap->inflight, 1);
+	io_stats_add(&snap->inflight, 1);
 	return engine_now_ns();
 }
 
@@ -172,7 +170,7 @@ void io_stats_done(struct io_stats *st, enum req_op op, uint64_t bytes,
 	if (!st || !start || !(snap = slot(st)))
 		return;
 	if (op >= REQ_OP_LAST) { /* not an I/O after all: only not in flight */
-		ADD(snap->inflight, -1);
+		io_stats_add(&snap->inflight, -1);
 		return;
 	}
 	ns = engine_now_ns() - start;
@@ -181,15 +179,15 @@ void io_stats_done(struct io_stats *st, enum req_op op, uint64_t bytes,
 	if (b >= IO_STATS_BUCKETS)
 		b = IO_STATS_BUCKETS - 1;
 	o = &snap->op[op];
-	ADD(o->requests, 1);
+	io_stats_add(&o->requests, 1);
 	if (err)
-		ADD(o->errors[err_kind(err)], 1);
+		io_stats_add(&o->errors[err_kind(err)], 1);
 	else
-		ADD(o->bytes, bytes);
-	ADD(o->lat_ns, ns);
-	ADD(o->hist[b], 1);
+		io_stats_add(&o->bytes, bytes);
+	io_stats_add(&o->lat_ns, ns);
+	io_stats_add(&o->hist[b], 1);
 	/* Last: a reader sees the start gone only with the counts in. */
-	ADD(snap->inflight, -1);
+	io_stats_add(&snap->inflight, -1);
 }
 
 struct io_stats *io_stats_create(const char *name, struct io_stats *parent)

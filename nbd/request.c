@@ -30,22 +30,24 @@ const char *nbdl_op_name(enum req_op op)
 	return (unsigned int)op < REQ_OP_LAST ? names[op] : "unknown";
 }
 
+enum req_op nbdl_cmd_op(uint16_t type)
+{
+	if (type == NBD_CMD_DISC || type > NBD_CMD_BLOCK_STATUS)
+		return REQ_OP_LAST;
+	return (enum req_op)(nbdl_opf(type, 0) & REQ_OP_MASK);
+}
+
 const char *nbdl_cmd_name(uint16_t type)
 {
-	if (type == NBD_CMD_DISC)
-		return "disc";
-	if (type > NBD_CMD_BLOCK_STATUS)
-		return "unknown";
-	return nbdl_op_name((enum req_op)(nbdl_opf(type, 0) & REQ_OP_MASK));
+	return type == NBD_CMD_DISC ? "disc" : nbdl_op_name(nbdl_cmd_op(type));
 }
 
 void nbdl_account(struct nbdl_export *e, uint16_t type, uint32_t len,
 		  uint32_t nbd_err, uint64_t t0)
 {
-	enum req_op op = REQ_OP_LAST; /* not counted: unknown, or dropped */
+	/* REQ_OP_LAST (unknown, or dropped): only leaves the flight. */
+	enum req_op op = nbdl_cmd_op(type);
 
-	if (type <= NBD_CMD_BLOCK_STATUS && type != NBD_CMD_DISC)
-		op = (enum req_op)(nbdl_opf(type, 0) & REQ_OP_MASK);
 	io_stats_done(e->stats, op, op == REQ_OP_FLUSH ? 0 : len,
 		      -nbdl_nbd_to_errno(nbd_err), t0);
 }

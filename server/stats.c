@@ -38,9 +38,6 @@ static ev_io control_w;
 static ev_timer interval_w;
 static ev_signal usr1_w;
 
-#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
-#define ADD(x, v) __atomic_store_n(&(x), LOAD(x) + (v), __ATOMIC_RELAXED)
-
 void srv_stats_conn_add(struct conn *c)
 {
 	struct sockaddr_storage ss;
@@ -89,16 +86,15 @@ void srv_stats_conn_del(struct conn *c)
 void srv_stats_conn_count(struct conn *c, uint16_t type, uint32_t len,
 			  uint32_t nbd_err)
 {
-	enum req_op op;
+	enum req_op op = nbdl_cmd_op(type);
 
-	if (type > NBD_CMD_BLOCK_STATUS || type == NBD_CMD_DISC)
+	if (op == REQ_OP_LAST)
 		return;
-	op = (enum req_op)(nbdl_opf(type, 0) & REQ_OP_MASK);
-	ADD(c->st_requests[op], 1);
+	io_stats_add(&c->st_requests[op], 1);
 	if (nbd_err)
-		ADD(c->st_errors, 1);
+		io_stats_add(&c->st_errors, 1);
 	else if (op != REQ_OP_FLUSH)
-		ADD(c->st_bytes[op], len);
+		io_stats_add(&c->st_bytes[op], len);
 }
 
 /* The open connections, oldest last: the document's "connections". */
@@ -108,7 +104,8 @@ static void conns_json(FILE *f, void *arg)
 	pthread_mutex_lock(&conns_lock);
 	for (struct conn *c = conns; c; c = c->reg_next) {
 		/* The export is set once, by the worker, at the handshake. */
-		const struct nbdl_export *e = LOAD(c->exp);
+		const struct nbdl_export *e =
+			__atomic_load_n(&c->exp, __ATOMIC_RELAXED);
 
 		fprintf(f, "%s\n  {\"id\": %" PRIu64 ", \"peer\": \"%s\", "
 			   "\"since\": %.3f, \"export\": ",
@@ -118,14 +115,14 @@ static void conns_json(FILE *f, void *arg)
 		else
 			fputs("null", f);
 		fprintf(f, ", \"errors\": %" PRIu64 ", \"ops\": {",
-			LOAD(c->st_errors));
+			io_stats_read(&c->st_errors));
 		for (unsigned int op = 0; op < REQ_OP_LAST; op++)
 			fprintf(f,
 				"%s\"%s\": {\"requests\": %" PRIu64
 				", \"bytes\": %" PRIu64 "}",
 				op ? ", " : "", nbdl_op_name((enum req_op)op),
-				LOAD(c->st_requests[op]),
-				LOAD(c->st_bytes[op]));
+				io_stats_read(&c->st_requests[op]),
+				io_stats_read(&c->st_bytes[op]));
 		fputs("}}", f);
 	}
 	pthread_mutex_unlock(&conns_lock);

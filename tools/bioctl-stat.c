@@ -4,7 +4,8 @@
  * like iostat -x: the first report since the server started, then one per
  * interval with rates and that interval's latency percentiles.  Reads the
  * JSON document (docs/stats.md) from the server's control socket; the
- * reader below takes exactly that subset of JSON, nothing more.
+ * reader below takes exactly that subset of JSON, nothing more.  Op names,
+ * error kinds and percentiles are the NBD layer's and the engine's own.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -19,6 +20,9 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <bionbd/nbdl.h>
+#include <bionbd/stats.h>
 
 #include "bioctl.h"
 
@@ -202,23 +206,11 @@ static uint64_t jnum(const struct jv *v, const char *key)
 
 /* ---- the server's document ---- */
 
-#define OPS 7 /* the document's ops, in its order */
-static const char *const op_names[OPS] = {
-	"read", "write", "flush", "trim", "cache", "write-zeroes",
-	"block-status",
-};
-#define HIST 32
-
-struct op_counts {
-	uint64_t requests, bytes, errors;
-	uint64_t hist[HIST];
-};
-
 struct row {
 	char name[256];
 	bool member;
 	uint64_t inflight;
-	struct op_counts op[OPS];
+	struct io_stats_op op[REQ_OP_LAST]; /* lat_ns not shown */
 };
 
 struct report {
@@ -237,15 +229,15 @@ static void row_fill(struct row *r, const struct jv *o, bool member)
 		 name && name->type == J_STR ? name->str : "?");
 	r->member = member;
 	r->inflight = jnum(o, "inflight");
-	for (int k = 0; k < OPS; k++) {
-		const struct jv *op = jget(ops, op_names[k]);
+	for (int k = 0; k < REQ_OP_LAST; k++) {
+		const struct jv *op = jget(ops, nbdl_op_name((enum req_op)k));
 		const struct jv *errs = jget(op, "errors");
 		const struct jv *hist = jget(op, "histogram_us");
 
 		r->op[k].requests = jnum(op, "requests");
 		r->op[k].bytes = jnum(op, "bytes");
-		for (size_t e = 0; errs && e < errs->nr; e++)
-			r->op[k].errors += errs->kids[e].u;
+		for (int e = 0; e < IOSE_NR; e++)
+			r->op[k].errors[e] = jnum(errs, io_stats_err_name(e));
 		for (size_t h = 0; hist && h < hist->nr; h++) {
 			const struct jv *pair = &hist->kids[h];
 			unsigned int b;
@@ -255,8 +247,8 @@ static void row_fill(struct row *r, const struct jv *o, bool member)
 			/* The bucket's upper edge, 2^b us. */
 			b = pair->kids[0].u ?
 				    (unsigned int)__builtin_ctzll(pair->kids[0].u) :
-				    HIST;
-			if (b < HIST)
+				    IO_STATS_BUCKETS;
+			if (b < IO_STATS_BUCKETS)
 				r->op[k].hist[b] = pair->kids[1].u;
 		}
 	}
@@ -351,24 +343,6 @@ static int fetch(const char *where, char **text, size_t *len)
 	return r;
 }
 
-/* Latency under which p of the counts fell: the bucket's upper edge, ms. */
-static double p_ms(const uint64_t *hist, double p)
-{
-	uint64_t total = 0, seen = 0, want;
-
-	for (int b = 0; b < HIST; b++)
-		total += hist[b];
-	if (!total)
-		return 0;
-	want = (uint64_t)(p * (double)total);
-	for (int b = 0; b < HIST; b++) {
-		seen += hist[b];
-		if (seen > want)
-			return (double)(1ull << b) / 1000.0;
-	}
-	return 0;
-}
-
 static const struct row *find_prev(const struct report *prev,
 				   const struct row *r, size_t i)
 {
@@ -402,32 +376,38 @@ static void print_report(const struct report *cur, const struct report *prev)
 	       "r_p99ms", "w_p99ms");
 	for (size_t i = 0; i < cur->nr; i++) {
 		const struct row *r = &cur->rows[i], *p = find_prev(prev, r, i);
-		struct op_counts d[OPS];
+		struct io_stats_op d[REQ_OP_LAST];
 		uint64_t errs = 0;
 		double div = rates ? secs : 1;
 		char name[sizeof(r->name) + 4];
 
-		for (int k = 0; k < OPS; k++) {
+		for (int k = 0; k < REQ_OP_LAST; k++) {
 			d[k] = r->op[k];
 			if (p && rates) {
 				d[k].requests -= p->op[k].requests;
 				d[k].bytes -= p->op[k].bytes;
-				d[k].errors -= p->op[k].errors;
-				for (int b = 0; b < HIST; b++)
+				for (int e = 0; e < IOSE_NR; e++)
+					d[k].errors[e] -= p->op[k].errors[e];
+				for (int b = 0; b < IO_STATS_BUCKETS; b++)
 					d[k].hist[b] -= p->op[k].hist[b];
 			}
-			errs += d[k].errors;
+			for (int e = 0; e < IOSE_NR; e++)
+				errs += d[k].errors[e];
 		}
 		snprintf(name, sizeof(name), "%s%s", r->member ? "  " : "",
 			 r->name[0] || r->member ? r->name : "''");
 		printf("%-24.24s %9.0f %9.1f %9.0f %9.1f %7.0f %7.0f %7.0f "
 		       "%7.0f %6" PRIu64 " %8.3f %8.3f\n",
-		       name, d[0].requests / div,
-		       d[0].bytes / 1048576.0 / div, d[1].requests / div,
-		       d[1].bytes / 1048576.0 / div, d[2].requests / div,
-		       d[3].requests / div, d[5].requests / div, errs / div,
-		       r->inflight, p_ms(d[0].hist, 0.99),
-		       p_ms(d[1].hist, 0.99));
+		       name, d[REQ_OP_READ].requests / div,
+		       d[REQ_OP_READ].bytes / 1048576.0 / div,
+		       d[REQ_OP_WRITE].requests / div,
+		       d[REQ_OP_WRITE].bytes / 1048576.0 / div,
+		       d[REQ_OP_FLUSH].requests / div,
+		       d[REQ_OP_DISCARD].requests / div,
+		       d[REQ_OP_WRITE_ZEROES].requests / div, errs / div,
+		       r->inflight,
+		       io_stats_percentile(&d[REQ_OP_READ], 0.99) / 1e6,
+		       io_stats_percentile(&d[REQ_OP_WRITE], 0.99) / 1e6);
 	}
 	printf("%zu connection%s open\n", cur->conns, cur->conns == 1 ? "" : "s");
 	fflush(stdout);

@@ -55,6 +55,22 @@ struct io_stats_snap {
 
 struct io_stats;
 
+/*
+ * A counter that one thread writes and other threads read: whole values,
+ * without a locked read-modify-write (stats.c's shards, bionbd's
+ * per-connection counts).
+ */
+static inline void io_stats_add(uint64_t *c, uint64_t v)
+{
+	__atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + v,
+			 __ATOMIC_RELAXED);
+}
+
+static inline uint64_t io_stats_read(const uint64_t *c)
+{
+	return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
+
 /**
  * io_stats_create - a statistics object named @name ("" allowed), under
  * @parent (NULL for a top one: an export; its members under it).

@@ -175,6 +175,12 @@ void nbdl_json_string(FILE *f, const char *s);
 /** nbdl_stats_log - the same, a line per export and member, to the log. */
 void nbdl_stats_log(struct nbdl_export *v, unsigned int nr);
 
+/**
+ * nbdl_cmd_op - the bio op of NBD command @type; REQ_OP_LAST for
+ * NBD_CMD_DISC and types the protocol does not define.
+ */
+enum req_op nbdl_cmd_op(uint16_t type);
+
 /** nbdl_opf - the bio op and flags for NBD command @type with @flags. */
 unsigned int nbdl_opf(uint16_t type, uint16_t flags);
 
