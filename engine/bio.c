@@ -103,6 +103,8 @@ static void bio_init(struct bio *bio, unsigned int opf)
 	bio->bi_private = NULL;
 	bio->bi_ext = NULL;
 	bio->bi_acct = NULL;
+	bio->bi_trace = 0;
+	bio->bi_trace_obj = 0;
 	bio->bi_vcnt = 0;
 	bio->bi_max_vecs = BIO_INLINE_VECS;
 	bio->bi_io_vec = bio->bi_inline_vecs;
@@ -197,6 +199,7 @@ struct bio *bio_clone(struct bio *src)
 	bio->bi_vcnt = src->bi_vcnt;
 	bio->bi_max_vecs = src->bi_vcnt;
 	bio->bi_ext = src->bi_ext;
+	bio->bi_trace = src->bi_trace;
 	return bio;
 }
 
@@ -263,6 +266,10 @@ void bio_endio(struct bio *bio, unsigned int nbytes, int error)
 				      bio->bi_acct_bytes, bio->bi_status,
 				      bio->bi_acct_start);
 			bio->bi_acct = NULL; /* a retry elsewhere counts anew */
+		}
+		if (unlikely(bio->bi_trace_obj)) {
+			trace_bio_complete(bio);
+			bio->bi_trace_obj = 0;
 		}
 		if (bio->bi_end_io != bio_chain_endio)
 			break;

@@ -822,6 +822,7 @@ int fault_target_create(struct target **out, struct target *below,
 	}
 	ft->t.ops = &fault_target_ops;
 	ft->t.size_bytes = below->size_bytes;
+	ft->t.trace_id = below->trace_id;
 	ft->below = below;
 	ft->set = set;
 	ft->member = member;

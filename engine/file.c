@@ -290,6 +290,9 @@ int file_target_open(struct target **out, const char *path,
 	/* Without memory for it the member is served uncounted. */
 	if (opts->stats_parent)
 		ft->stats = io_stats_create(path, opts->stats_parent);
+	if (opts->trace_parent)
+		ft->t.trace_id = trace_obj_add(TRACE_OBJ_MEMBER,
+					       opts->trace_parent, path);
 	*out = &ft->t;
 	return 0;
 

@@ -20,6 +20,7 @@
 #include <bionbd/ioq.h>
 #include <bionbd/stats.h>
 #include <bionbd/target.h>
+#include <bionbd/trace.h>
 #include <bionbd/volume.h>
 
 #define container_of(ptr, type, member)                                        \
@@ -54,10 +55,19 @@ static inline struct file_target *to_file_target(struct target *t)
  */
 static inline void file_acct_start(struct file_target *ft, struct bio *bio)
 {
-	if (ft->stats && !bio->bi_acct && !(bio->bi_flags & BIO_NO_ACCT)) {
+	if (bio->bi_flags & BIO_NO_ACCT)
+		return;
+	if (ft->stats && !bio->bi_acct) {
 		bio->bi_acct = ft->stats;
 		bio->bi_acct_bytes = bio->bi_iter.bi_size;
 		bio->bi_acct_start = io_stats_start(ft->stats);
+	}
+	/* Traced: the request's D event now, its C event in bio_endio. */
+	if (unlikely(bio->bi_trace) && ft->t.trace_id && !bio->bi_trace_obj) {
+		bio->bi_trace_obj = ft->t.trace_id;
+		bio->bi_trace_off = bio_offset_bytes(bio);
+		bio->bi_trace_bytes = bio->bi_iter.bi_size;
+		bio->bi_trace_t0 = trace_bio_issue(bio, ft->t.trace_id);
 	}
 }
 

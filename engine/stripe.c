@@ -55,6 +55,26 @@ int stripe_member_bytes(const struct stripe_geom *g, uint64_t size_bytes,
 	return 0;
 }
 
+/*
+ * A traced request cut into a piece for member @m: its X event, with the
+ * piece's volume range (the member range is in the member's D event).
+ */
+static void stripe_trace_piece(struct stripe_target *st, const struct bio *bio,
+			       uint64_t vol_off, uint32_t len, unsigned int m)
+{
+	struct trace_rec ev = {
+		.type = TRACE_X,
+		.op = (uint8_t)bio_op(bio),
+		.time_ns = trace_now(),
+		.seq = bio->bi_trace,
+		.offset = vol_off,
+		.size = len,
+		.obj = st->members[m]->trace_id,
+	};
+
+	trace_emit(&ev);
+}
+
 /* Flush every member in parallel; the bio completes when all have. */
 static void stripe_flush(struct stripe_target *st, struct bio *bio)
 {
@@ -68,6 +88,8 @@ static void stripe_flush(struct stripe_target *st, struct bio *bio)
 			continue;
 		}
 		bio_chain(clone, bio);
+		if (unlikely(bio->bi_trace))
+			stripe_trace_piece(st, bio, 0, 0, i);
 		submit_bio(st->members[i], clone);
 	}
 	bio_endio(bio, 0, err);
@@ -114,6 +136,8 @@ static void stripe_ranged(struct stripe_target *st, struct bio *bio)
 		clone->bi_iter.bi_sector = mstart >> SECTOR_SHIFT;
 		clone->bi_iter.bi_size = (uint32_t)mlen;
 		bio_chain(clone, bio);
+		if (unlikely(bio->bi_trace))
+			stripe_trace_piece(st, bio, off, (uint32_t)len, i);
 		submit_bio(st->members[i], clone);
 	}
 	bio_endio(bio, bio->bi_iter.bi_size, err);
@@ -123,6 +147,7 @@ static void stripe_submit(struct target *t, struct bio *bio)
 {
 	struct stripe_target *st = to_stripe(t);
 	unsigned int pieces = 0;
+	bool split_once = false;
 	struct stripe_piece p;
 	struct blk_plug plug;
 
@@ -156,6 +181,11 @@ static void stripe_submit(struct target *t, struct bio *bio)
 		stripe_map(&st->g, bio_offset_bytes(bio), bio->bi_iter.bi_size,
 			   &p);
 		if (p.length == bio->bi_iter.bi_size) {
+			if (unlikely(bio->bi_trace) && split_once)
+				stripe_trace_piece(st, bio,
+						   bio_offset_bytes(bio),
+						   bio->bi_iter.bi_size,
+						   p.member);
 			bio->bi_iter.bi_sector = p.member_offset >> SECTOR_SHIFT;
 			submit_bio(st->members[p.member], bio);
 			break;
@@ -167,6 +197,11 @@ static void stripe_submit(struct target *t, struct bio *bio)
 			break;
 		}
 		bio_chain(split, bio);
+		if (unlikely(bio->bi_trace)) {
+			split_once = true;
+			stripe_trace_piece(st, split, bio_offset_bytes(split),
+					   (uint32_t)p.length, p.member);
+		}
 		split->bi_iter.bi_sector = p.member_offset >> SECTOR_SHIFT;
 		submit_bio(st->members[p.member], split);
 	}

@@ -1043,7 +1043,8 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 	struct file_target_opts fopts = { .readonly = cfg->readonly,
 					  .direct = cfg->direct,
 					  .no_inline = cfg->no_inline,
-					  .stats_parent = cfg->stats };
+					  .stats_parent = cfg->stats,
+					  .trace_parent = cfg->trace_id };
 	const char **paths = NULL;
 	struct sb_volume *v = malloc(sizeof(*v));
 	struct superblock newsb;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <bionbd/nbdl.h>
+#include <bionbd/trace.h>
 #include <bionbd/volume.h>
 
 /* ---- messages ---- */
@@ -195,6 +196,8 @@ int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
 		x->stats = vc.stats = d->no_statistics ?
 					      NULL :
 					      io_stats_create(d->name, NULL);
+		x->trace_id = vc.trace_id =
+			trace_obj_add(TRACE_OBJ_EXPORT, 0, d->name);
 		r = volume_open_info(&x->vol, &vc, &x->info, msg, sizeof(msg));
 		if (r) {
 			io_stats_destroy(x->stats);
@@ -243,7 +246,7 @@ void nbdl_exports_close(struct nbdl_export *v, unsigned int nr,
 	}
 	for (i = 0; i < nr; i++) {
 		if (q && !v[i].readonly) {
-			r = nbdl_do(&v[i], NBD_CMD_FLUSH, 0, NULL, 0, 0, NULL, 0);
+			r = nbdl_do(&v[i], NBD_CMD_FLUSH, 0, NULL, 0, 0, NULL, 0, 0);
 			if (r)
 				nbdl_log(NBDL_ERROR, "export '%s': flush: %s",
 					 v[i].name, strerror(-r));

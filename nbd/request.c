@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <bionbd/nbdl.h>
+#include <bionbd/trace.h>
 
 #define SECTOR_MASK ((uint64_t)SECTOR_SIZE - 1)
 
@@ -50,6 +51,46 @@ void nbdl_account(struct nbdl_export *e, uint16_t type, uint32_t len,
 
 	io_stats_done(e->stats, op, op == REQ_OP_FLUSH ? 0 : len,
 		      -nbdl_nbd_to_errno(nbd_err), t0);
+}
+
+void nbdl_trace_queued(const struct nbdl_export *e, struct nbdl_trace *t)
+{
+	enum req_op op = nbdl_cmd_op(t->type);
+	struct trace_rec ev = { .type = TRACE_Q,
+				.op = (uint8_t)op,
+				.flags = t->flags & TRACE_F_NBD_MASK,
+				.offset = t->offset,
+				.size = t->len,
+				.obj = e->trace_id,
+				.conn = t->conn };
+
+	t->seq = 0;
+	if (!trace_on() || !e->trace_id || !(t->seq = trace_seq_next()))
+		return;
+	ev.seq = t->seq;
+	ev.time_ns = t->t0 = trace_now();
+	trace_emit(&ev);
+}
+
+void nbdl_trace_reply(const struct nbdl_export *e, struct nbdl_trace *t,
+		      uint32_t nbd_err, bool dropped)
+{
+	struct trace_rec ev = { .type = TRACE_R,
+				.op = (uint8_t)nbdl_cmd_op(t->type),
+				.flags = (t->flags & TRACE_F_NBD_MASK) |
+					 (dropped ? TRACE_F_DROPPED : 0),
+				.time_ns = trace_now(),
+				.seq = t->seq,
+				.offset = t->offset,
+				.size = t->len,
+				.obj = e->trace_id,
+				.status = dropped ? -ESHUTDOWN :
+						    -nbdl_nbd_to_errno(nbd_err),
+				.conn = t->conn };
+
+	ev.lat_ns = ev.time_ns - t->t0;
+	t->seq = 0;
+	trace_emit(&ev);
 }
 
 /* ---- checks ---- */
@@ -245,6 +286,12 @@ struct bio *nbdl_bio_alloc(uint16_t type, uint16_t flags, void *buf,
 	return bio;
 }
 
+/*
+ * The trace sequence number of the request nbdl_do is carrying out on this
+ * thread: its bios, however many an unaligned request takes, carry it.
+ */
+static __thread uint64_t cur_trace;
+
 /* One direct request, submitted and waited for on this thread's ioq. */
 static int do_direct(struct nbdl_export *e, unsigned int opf, void *buf,
 		     uint64_t offset, uint64_t len, struct bio_extents *ext)
@@ -264,6 +311,7 @@ static int do_direct(struct nbdl_export *e, unsigned int opf, void *buf,
 		bio->bi_iter.bi_size = (uint32_t)len;
 	}
 	bio->bi_ext = ext;
+	bio->bi_trace = cur_trace;
 	r = submit_bio_wait(e->vol, bio);
 out:
 	bio_put(bio);
@@ -321,6 +369,7 @@ static int span_bio(struct nbdl_export *e, unsigned int opf,
 				(unsigned int)(s->mid_end - s->mid_start));
 	if (!r && s->tail && !s->one)
 		r = bio_add_buf(bio, tb, SECTOR_SIZE);
+	bio->bi_trace = cur_trace;
 	if (!r)
 		r = submit_bio_wait(e->vol, bio);
 	bio_put(bio);
@@ -486,9 +535,9 @@ int nbdl_extents_finish(struct bio_extents *ext, uint64_t span_start,
 
 /* ---- synchronous requests ---- */
 
-int nbdl_do(struct nbdl_export *e, uint16_t type, uint16_t flags, void *buf,
-	    uint64_t offset, uint32_t len, struct bio_extents *ext,
-	    size_t max_extents)
+static int do_request(struct nbdl_export *e, uint16_t type, uint16_t flags,
+		      void *buf, uint64_t offset, uint32_t len,
+		      struct bio_extents *ext, size_t max_extents)
 {
 	unsigned int opf = nbdl_opf(type, flags);
 	struct span s;
@@ -543,4 +592,16 @@ int nbdl_do(struct nbdl_export *e, uint16_t type, uint16_t flags, void *buf,
 	default:
 		return -EINVAL;
 	}
+}
+
+int nbdl_do(struct nbdl_export *e, uint16_t type, uint16_t flags, void *buf,
+	    uint64_t offset, uint32_t len, struct bio_extents *ext,
+	    size_t max_extents, uint64_t trace)
+{
+	int r;
+
+	cur_trace = trace;
+	r = do_request(e, type, flags, buf, offset, len, ext, max_extents);
+	cur_trace = 0;
+	return r;
 }

@@ -44,7 +44,9 @@
 #include <bionbd/config.h>
 #include <bionbd/ioq.h>
 #include <bionbd/nbdl.h>
+#include <bionbd/size.h>
 #include <bionbd/target.h>
+#include <bionbd/trace.h>
 
 #ifndef BIONBD_VERSION
 #define BIONBD_VERSION "unknown"
@@ -60,6 +62,8 @@ static unsigned int cmdline_keys;
 static char *conf_path;
 static char *export_name;
 static char *stats_path; /* stats=FILE: written at unload */
+static char *trace_path; /* trace=FILE: the bio trace */
+static uint64_t trace_ring; /* trace-buffer=SIZE; 0: the default */
 static struct conf *conf;
 static enum ioq_backend backend = IOQ_IO_URING;
 static bool backend_set;
@@ -245,19 +249,28 @@ static int run(void *handle, uint16_t type, uint16_t nbd_flags, void *buf,
 	bool debug = unlikely(bio_debug_requests || bio_debug_stripes);
 	struct nbdl_export *e = handle;
 	uint64_t start = io_stats_start(e->stats);
+	struct nbdl_trace tr = { .offset = offset,
+				 .len = count,
+				 .type = type,
+				 .flags = nbd_flags };
 	struct timespec t0;
 	uint32_t nbd_err;
 	int r = thread_ioq();
 
 	if (debug)
 		clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (trace_on())
+		nbdl_trace_queued(e, &tr);
 	if (!r)
 		r = nbdl_do(e, type, nbd_flags, buf, offset, count, ext,
-			    SIZE_MAX);
+			    SIZE_MAX, tr.seq);
 	if (debug)
 		debug_request(handle, type, nbd_flags, count, offset, r, &t0);
 	nbd_err = nbdl_errno_to_nbd(r, type, nbd_flags);
 	nbdl_account(e, type, count, nbd_err, start);
+	/* nbdkit sends the reply once we return: as near as we can see. */
+	if (tr.seq)
+		nbdl_trace_reply(e, &tr, nbd_err, false);
 	if (!r)
 		return 0;
 	errno = nbdl_nbd_to_errno(nbd_err);
@@ -290,6 +303,23 @@ static void bio_load(void)
 	conf_export_init(&cmdline, "");
 }
 
+/* The end of trace=FILE: its totals in the debug output, losses as errors. */
+static void trace_finish(void)
+{
+	uint64_t written = 0, lost = 0;
+	int r = trace_stop(&written, &lost);
+
+	if (r)
+		nbdkit_error("trace=%s: %s: the trace is incomplete", trace_path,
+			     strerror(-r));
+	if (lost)
+		nbdkit_error("trace=%s: %" PRIu64 " events lost (the buffers "
+			     "were full; a larger trace-buffer= keeps them)",
+			     trace_path, lost);
+	nbdkit_debug("trace=%s: %" PRIu64 " events written, %" PRIu64
+		     " lost", trace_path, written, lost);
+}
+
 static void bio_unload(void)
 {
 	struct thread_ioq *w;
@@ -311,6 +341,8 @@ static void bio_unload(void)
 	if (stats_path && exports)
 		(void)nbdl_stats_write(stats_path, exports, nr_exports, NULL,
 				       NULL);
+	if (trace_path)
+		trace_finish();
 	nbdl_exports_close(exports, nr_exports, backend);
 	exports = NULL;
 	nr_exports = 0;
@@ -322,6 +354,7 @@ static void bio_unload(void)
 	free(conf_path);
 	free(export_name);
 	free(stats_path);
+	free(trace_path);
 }
 
 /* key=value given twice where once is the only sensible meaning. */
@@ -353,6 +386,17 @@ static int bio_config(const char *key, const char *value)
 		return set_once(&export_name, key, strdup(value));
 	if (!strcmp(key, "stats"))
 		return set_once(&stats_path, key, nbdkit_absolute_path(value));
+	if (!strcmp(key, "trace"))
+		return set_once(&trace_path, key, nbdkit_absolute_path(value));
+	if (!strcmp(key, "trace-buffer")) {
+		if (parse_size(value, &trace_ring) || trace_ring < TRACE_MIN_RING ||
+		    trace_ring > TRACE_MAX_RING) {
+			nbdkit_error("trace-buffer=%s: expected a size from 4K "
+				     "to 1G", value);
+			return -1;
+		}
+		return 0;
+	}
 	if (!strcmp(key, "backend")) {
 		if (backend_set) {
 			nbdkit_error("backend= given twice");
@@ -490,6 +534,11 @@ static int bio_get_ready(void)
 	if (probe_backend())
 		return -1;
 	nbdl_set_logger(log_nbdkit);
+	if (trace_path &&
+	    trace_open(trace_path, trace_ring, msg, sizeof(msg))) {
+		nbdkit_error("trace=%s", msg);
+		return -1;
+	}
 
 	if (conf && export_name) {
 		defs = conf_find_export(conf, export_name);
@@ -533,8 +582,14 @@ static int bio_get_ready(void)
  */
 static int bio_after_fork(void)
 {
+	int r;
+
 	for (unsigned int i = 0; i < nr_exports; i++)
 		target_start(exports[i].vol);
+	if (trace_path && (r = trace_run())) {
+		nbdkit_error("trace=%s: %s", trace_path, strerror(-r));
+		return -1;
+	}
 	return 0;
 }
 
@@ -720,6 +775,10 @@ static const char bio_config_help[] =
     "statistics=BOOL   Count requests per op, member, errno, latency\n"
     "                  (default true; docs/stats.md).\n"
     "stats=FILE        Write the statistics (JSON) to FILE at exit.\n"
+    "trace=FILE        Record every request and bio event in FILE (read it\n"
+    "                  with bioctl trace; docs/trace.md).\n"
+    "trace-buffer=SIZE Each thread's trace buffer (default 4M): events that\n"
+    "                  find it full are lost, and counted.\n"
     "conf=FILE         Serve the exports of a bionbd config file (see\n"
     "                  conf/example.conf) instead of file= and friends.\n"
     "export=NAME       With conf=: serve only this export.";

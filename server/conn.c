@@ -35,6 +35,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <bionbd/trace.h>
+
 #include "handshake.h"
 #include "request.h"
 #include "stats.h"
@@ -91,7 +93,7 @@ static void conn_drop_replies(struct conn *c)
 
 	while ((r = c->oq_head)) {
 		c->oq_head = r->next;
-		req_free(r);
+		req_free(r, false);
 	}
 	c->oq_tail = &c->oq_head;
 }
@@ -115,7 +117,7 @@ static void conn_fail(struct conn *c)
 	c->tls_stage_len = 0;
 	conn_drop_replies(c);
 	if (c->rx) {
-		req_free(c->rx);
+		req_free(c->rx, false);
 		c->rx = NULL;
 	}
 	conn_maybe_close(c);
@@ -128,7 +130,7 @@ static void conn_drain(struct conn *c)
 	c->paused = true;
 	ev_io_stop(c->w->loop, &c->rio);
 	if (c->rx) {
-		req_free(c->rx);
+		req_free(c->rx, false);
 		c->rx = NULL;
 	}
 	conn_maybe_close(c);
@@ -555,6 +557,32 @@ static void conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 /* ---- transmission: sending replies ---- */
 
 /*
+ * A traced sendfile read's member events: D before the sendfile of the
+ * piece @m maps (@t0 0; returns the time), C after it (@sent bytes, @err):
+ * what a bio's issue and completion would be.
+ */
+static uint64_t sendfile_trace(const struct nbd_req *r,
+			       const struct target_iomap *m, uint64_t t0,
+			       uint32_t sent, int err)
+{
+	struct trace_rec ev = { .type = t0 ? TRACE_C : TRACE_D,
+				.op = REQ_OP_READ,
+				.flags = TRACE_F_SENDFILE,
+				.time_ns = trace_now(),
+				.seq = r->tr.seq,
+				.offset = m->file_offset,
+				.size = t0 ? sent : (uint32_t)m->length,
+				.obj = m->src->trace_id,
+				.status = err };
+
+	if (t0)
+		ev.lat_ns = ev.time_ns - t0;
+	if (ev.obj)
+		trace_emit(&ev);
+	return ev.time_ns;
+}
+
+/*
  * The next iovec of @r, the head of the queue, is data still in the
  * volume's files (a sendfile read, reply.c): send up to @budget bytes of
  * it from there, piece by piece as the volume maps it.  Returns the bytes
@@ -569,6 +597,7 @@ static ssize_t conn_sendfile(struct conn *c, struct nbd_req *r, size_t budget)
 		left = budget;
 	while (done < left) {
 		struct target_iomap m;
+		uint64_t t0 = 0;
 		ssize_t n;
 		off_t off;
 		int err;
@@ -578,7 +607,16 @@ static ssize_t conn_sendfile(struct conn *c, struct nbd_req *r, size_t budget)
 		if (err)
 			return done ? (ssize_t)done : err;
 		off = (off_t)m.file_offset;
+		if (r->tr.seq)
+			t0 = sendfile_trace(r, &m, 0, 0, 0);
 		n = sendfile(c->fd, m.fd, &off, m.length);
+		if (r->tr.seq) {
+			int e = errno; /* for the checks below */
+
+			sendfile_trace(r, &m, t0, n > 0 ? (uint32_t)n : 0,
+				       n < 0 && e != EAGAIN ? -e : 0);
+			errno = e;
+		}
 		/*
 		 * A member shrunk behind our back: a mirror maps the data
 		 * again from another copy; else it reads as zeros past its
@@ -650,7 +688,7 @@ static void conn_sent(struct conn *c, size_t sent)
 			c->oq_head = r->next;
 			if (!c->oq_head)
 				c->oq_tail = &c->oq_head;
-			req_free(r);
+			req_free(r, true);
 		}
 	}
 }

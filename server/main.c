@@ -24,6 +24,7 @@
 
 #include <bionbd/config.h>
 #include <bionbd/nbdl.h>
+#include <bionbd/trace.h>
 
 #include "listener.h"
 #include "log.h"
@@ -106,6 +107,7 @@ static void usage(FILE *f)
 	      "              [--tls MODE] [--tls-certificates DIR] [--tls-psk FILE]\n"
 	      "              [--tls-verify-peer] [-u USER] [-g GROUP]\n"
 	      "              [--stats FILE] [--stats-interval S] [--control SOCK]\n"
+	      "              [--trace FILE] [--trace-buffer SIZE]\n"
 	      "              [--no-statistics] MEMBER...\n"
 	      "       bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-P PIDFILE] [--backend io_uring|threads]\n"
@@ -116,7 +118,7 @@ static void usage(FILE *f)
 	      "              [--tls MODE] [--tls-certificates DIR] [--tls-psk FILE]\n"
 	      "              [--tls-verify-peer] [-u USER] [-g GROUP]\n"
 	      "              [--stats FILE] [--stats-interval S] [--control SOCK]\n"
-	      "              [-c FILE.conf]\n"
+	      "              [--trace FILE] [--trace-buffer SIZE] [-c FILE.conf]\n"
 	      "\n"
 	      "Serve a RAID-0 volume striped over MEMBER files (or the exports of\n"
 	      "FILE.conf; with neither, of " BIONBD_DEFAULT_CONF ") over NBD.\n"
@@ -187,16 +189,38 @@ static void usage(FILE *f)
 	      "                         (bioctl stat); with -P PIDFILE, default\n"
 	      "                         PIDFILE.ctl\n"
 	      "      --no-statistics    count nothing (statistics = false)\n"
+	      "      --trace FILE       record every request and bio event in FILE\n"
+	      "                         (bioctl trace reads it; docs/trace.md)\n"
+	      "      --trace-buffer SIZE  each thread's trace buffer (default 4M);\n"
+	      "                         events that find it full are lost, counted\n"
 	      "  -v, --verbose          debug messages too\n"
 	      "  -h, --help             this text\n"
 	      "  -V, --version          print the version\n",
 	      f);
 }
 
+/* The end of --trace: its totals logged, a loss or a failure as an error. */
+static void trace_finish(const char *path)
+{
+	uint64_t written = 0, lost = 0;
+	int r = trace_stop(&written, &lost);
+
+	if (r)
+		nbdl_log(NBDL_ERROR, "trace %s: %s: the trace is incomplete",
+			 path, strerror(-r));
+	nbdl_log(lost ? NBDL_ERROR : NBDL_INFO,
+		 "trace %s: %" PRIu64 " events written, %" PRIu64
+		 " lost%s",
+		 path, written, lost,
+		 lost ? " (the buffers were full: a larger --trace-buffer "
+			"keeps them)" :
+			"");
+}
+
 static void add_setting(struct cmdline *cl, const char *flag, const char *key,
 			const char *value)
 {
-	char why[256];
+	char why[512];
 	struct srv_options scratch;
 	int r;
 
@@ -255,6 +279,8 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "no-statistics", no_argument, NULL, 'q' },
 		{ "stats-interval", required_argument, NULL, 'N' },
 		{ "control", required_argument, NULL, 'Q' },
+		{ "trace", required_argument, NULL, 'E' },
+		{ "trace-buffer", required_argument, NULL, 'B' },
 		{ "user", required_argument, NULL, 'u' },
 		{ "group", required_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
@@ -332,6 +358,10 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 				    optarg);
 			break;
 		case 'Q': add_setting(cl, "--control", "control", optarg); break;
+		case 'E': add_setting(cl, "--trace", "trace", optarg); break;
+		case 'B':
+			add_setting(cl, "--trace-buffer", "trace-buffer", optarg);
+			break;
 		case 'u': add_setting(cl, "-u", "user", optarg); break;
 		case 'g': add_setting(cl, "-g", "group", optarg); break;
 		case 'h': usage(stdout); exit(0);
@@ -477,7 +507,7 @@ static void log_startup(const struct conf_export *defs,
 static void apply_settings(struct srv_options *o, const struct conf *c,
 			   const struct cmdline *cl)
 {
-	char why[256];
+	char why[512];
 	char *path = NULL;
 	int r;
 
@@ -489,6 +519,7 @@ static void apply_settings(struct srv_options *o, const struct conf *c,
 		if ((!strcmp(kv->key, "socket") ||
 		     !strcmp(kv->key, "stats") ||
 		     !strcmp(kv->key, "control") ||
+		     !strcmp(kv->key, "trace") ||
 		     !strcmp(kv->key, "tls-certificates") ||
 		     !strcmp(kv->key, "tls-psk")) &&
 		    value[0] && value[0] != '/' && c->dir) {
@@ -887,6 +918,10 @@ int main(int argc, char **argv)
 		      cl.foreground ? SRV_LOG_STDERR : SRV_LOG_SYSLOG,
 		      cl.verbose);
 
+	/* Before the listeners: a bad path leaves no socket behind. */
+	if (o.trace_file &&
+	    trace_open(o.trace_file, o.trace_buffer, err, sizeof(err)))
+		die("trace: %s", err);
 	if (!activated && o.socket && listen_unix(o.socket, err, sizeof(err)))
 		die("%s", err);
 	if (!activated && (!o.socket || o.listen || o.port) &&
@@ -900,6 +935,9 @@ int main(int argc, char **argv)
 	if (!cl.foreground)
 		ready_fd = daemonize();
 
+	/* The writer is a thread: after any fork (daemonize). */
+	if (o.trace_file && (r = trace_run()))
+		die("trace: %s: %s", o.trace_file, strerror(-r));
 	srv.workers = calloc(srv.nr_workers, sizeof(*srv.workers));
 	if (!srv.workers)
 		die("out of memory");
@@ -968,6 +1006,8 @@ int main(int argc, char **argv)
 		worker_join(&srv.workers[i]);
 	/* Every request answered: the final counts. */
 	(void)srv_stats_write();
+	if (o.trace_file)
+		trace_finish(o.trace_file);
 	srv_stats_stop(loop);
 	for (unsigned int i = 0; i < srv.nr_workers; i++)
 		worker_fini(&srv.workers[i]);

@@ -10,6 +10,7 @@
 
 #include <bionbd/config.h>
 #include <bionbd/nbdl.h>
+#include <bionbd/trace.h>
 
 #include "options.h"
 
@@ -33,6 +34,7 @@ void srv_options_release(struct srv_options *o)
 	free(o->group);
 	free(o->stats_file);
 	free(o->control);
+	free(o->trace_file);
 	memset(o, 0, sizeof(*o));
 }
 
@@ -50,6 +52,7 @@ static const struct string_key {
 	{ "group", offsetof(struct srv_options, group) },
 	{ "stats", offsetof(struct srv_options, stats_file) },
 	{ "control", offsetof(struct srv_options, control) },
+	{ "trace", offsetof(struct srv_options, trace_file) },
 };
 
 /* The settings that are a whole number in a range. */
@@ -165,6 +168,18 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 		o->memory_set = true;
 		return 0;
 	}
+	if (!strcmp(key, "trace-buffer")) {
+		uint64_t v;
+
+		if (parse_size(value, &v) || v < TRACE_MIN_RING ||
+		    v > TRACE_MAX_RING) {
+			snprintf(why, whylen,
+				 "expected a size from 4K to 1G (e.g. 16M)");
+			return -EINVAL;
+		}
+		o->trace_buffer = (uint32_t)v;
+		return 0;
+	}
 	for (size_t i = 0; i < sizeof(size_keys) / sizeof(size_keys[0]); i++) {
 		const struct size_key *k = &size_keys[i];
 		uint64_t v;
@@ -186,6 +201,6 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 		 "backend, poll-us, handshake-timeout, max-connections, "
 		 "memory, async-min, sendfile-min, log, tls, "
 		 "tls-certificates, tls-psk, tls-verify-peer, user, group, "
-		 "stats, stats-interval, control)");
+		 "stats, stats-interval, control, trace, trace-buffer)");
 	return -ENOENT;
 }

@@ -75,6 +75,8 @@ struct srv_options {
 	char *stats_file; /* JSON statistics at exit (and every interval) */
 	unsigned int stats_interval; /* seconds; 0 = at exit only */
 	char *control; /* the read-only statistics socket; NULL = none */
+	char *trace_file; /* the bio trace (trace.h); NULL = none */
+	uint32_t trace_buffer; /* bytes per thread; 0 = TRACE_DEFAULT_RING */
 };
 
 /*
@@ -90,7 +92,9 @@ void srv_options_release(struct srv_options *o);
  *                  "threads", "backend", "poll-us", "handshake-timeout",
  *                  "max-connections", "memory", "async-min",
  *                  "sendfile-min", "log", "tls", "tls-certificates",
- *                  "tls-psk", "tls-verify-peer", "user", "group"
+ *                  "tls-psk", "tls-verify-peer", "user", "group",
+ *                  "stats", "stats-interval", "control", "trace",
+ *                  "trace-buffer"
  * @why: on -EINVAL, what is wrong with @value (callers name the key or
  *       flag, and the file and line)
  *

@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include <bionbd/trace.h>
+
 #include "request.h"
 #include "wire.h"
 
@@ -34,17 +36,20 @@ static struct nbd_req *req_get(struct conn *c)
 	r->desc = NULL;
 	r->ext = (struct bio_extents){ 0 };
 	r->niov = r->iov_idx = 0;
+	r->tr.seq = 0;
 	c->inflight++;
 	return r;
 }
 
-void req_free(struct nbd_req *r)
+void req_free(struct nbd_req *r, bool sent)
 {
 	struct conn *c = r->c;
 	struct worker *w = c->w;
 
 	if (r->t0) /* never answered: the connection went */
 		nbdl_account(c->exp, NBDL_ACCT_DROPPED, 0, 0, r->t0);
+	if (r->tr.seq)
+		nbdl_trace_reply(c->exp, &r->tr, r->err, !sent);
 	if (r->buf) {
 		buf_put(&w->bufs, r->buf, r->buf_class);
 		c->inflight_bytes -= buf_class_bytes(r->buf_class);
@@ -107,6 +112,14 @@ int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
 	r->offset = get64(h + REQ_OFFSET);
 	r->len = get32(h + REQ_LEN);
 	r->t0 = io_stats_start(c->exp->stats);
+	if (trace_on()) {
+		r->tr = (struct nbdl_trace){ .offset = r->offset,
+					     .len = r->len,
+					     .conn = (uint32_t)c->id,
+					     .type = r->type,
+					     .flags = r->flags };
+		nbdl_trace_queued(c->exp, &r->tr);
+	}
 	r->err = nbdl_req_check(c->exp, &c->opts, r->type, r->flags, r->offset,
 				r->len);
 	if ((r->type != NBD_CMD_READ && r->type != NBD_CMD_WRITE) ||
@@ -116,11 +129,11 @@ int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
 		/* The payload comes whether or not the request is valid. */
 		if (r->len > NBDL_MAX_PAYLOAD) {
 			/* Too big to buffer, unsafe to skip: hang up. */
-			req_free(r);
+			req_free(r, false);
 			return -EPROTO;
 		}
 		if (r->len && req_alloc_buf(r, r->len)) {
-			req_free(r);
+			req_free(r, false);
 			return -ENOMEM;
 		}
 	} else if (r->type == NBD_CMD_READ && !r->err && r->len) {
@@ -170,7 +183,7 @@ void req_run(struct nbd_req *r)
 	}
 	if (!nbdl_is_direct(r->type, r->offset, r->len)) {
 		err = nbdl_do(e, r->type, r->flags, r->buf, r->offset, r->len,
-			      &r->ext, SRV_MAX_EXTENTS);
+			      &r->ext, SRV_MAX_EXTENTS, r->tr.seq);
 		r->err = nbdl_errno_to_nbd(err, r->type, r->flags);
 		reply_queue(r);
 		return;
@@ -191,5 +204,6 @@ void req_run(struct nbd_req *r)
 		bio->bi_opf |= REQ_ASYNC;
 	bio->bi_private = r;
 	bio->bi_end_io = req_endio;
+	bio->bi_trace = r->tr.seq;
 	submit_bio(e->vol, bio);
 }

@@ -29,6 +29,7 @@ struct nbd_req {
 	uint16_t flags;
 	uint32_t err; /* NBD error value, 0 = success */
 	uint64_t t0; /* io_stats_start of the export's, until counted */
+	struct nbdl_trace tr; /* tr.seq 0: not traced, or replied to */
 	void *buf; /* payload, from the worker's buffer cache */
 	unsigned int buf_class;
 	uint32_t have; /* payload bytes received so far */
@@ -64,8 +65,11 @@ int req_begin(struct conn *c, const uint8_t *hdr, struct nbd_req **out);
 /** req_run - the whole request is here: answer it or start its I/O. */
 void req_run(struct nbd_req *r);
 
-/** req_free - release a request (its reply was sent, or never will be). */
-void req_free(struct nbd_req *r);
+/**
+ * req_free - release a request: its reply was sent (@sent), or never will
+ * be (the connection went).
+ */
+void req_free(struct nbd_req *r, bool sent);
 
 /** req_cache_drain - free a worker's cached request structs. */
 void req_cache_drain(struct worker *w);

@@ -12,6 +12,8 @@
  *   bioctl rebuild [--max-rate RATE] [--force] MEMBER...
  *                  --replace OLD NEW | --role R NEW
  *   bioctl stat [-i SECONDS] [-n COUNT] [--json] SOCKET|PIDFILE
+ *   bioctl trace [-m MEMBER] [-e EXPORT] [-o OPS] [-r RANGE] [--min-lat US]
+ *                [--max-lat US] [-a ACTIONS] [-s | --json] FILE
  *
  * create writes a superblock on every member, role i for the i-th member
  * given, creating or extending sparse files as the size needs; it refuses
@@ -33,7 +35,8 @@
  * and in the synced steps of docs/format.md "Rebuild", copying NEW's rows
  * from the other active copies; a run stopped by Ctrl-C or a crash
  * records where it got to, and the same command resumes there.  stat
- * (bioctl-stat.c) shows a running bionbd's statistics.
+ * (bioctl-stat.c) shows a running bionbd's statistics, trace
+ * (bioctl-trace.c) prints a bio trace.
  *
  * Exit status: 0 done (info: a complete volume, degraded or not; check:
  * clean, or repaired; rebuild: NEW active); 1 refused or failed (info: not
@@ -78,6 +81,9 @@ static void usage(FILE *f)
 	      "       bioctl rebuild [--max-rate RATE] [--force] MEMBER...\n"
 	      "                      --replace OLD NEW | --role R NEW\n"
 	      "       bioctl stat [-i SECONDS] [-n COUNT] [--json] SOCKET|PIDFILE\n"
+	      "       bioctl trace [-m MEMBER] [-e EXPORT] [-o OPS] [-r RANGE]\n"
+	      "                    [--min-lat US] [--max-lat US] [-a ACTIONS]\n"
+	      "                    [-s | --json] FILE\n"
 	      "\n"
 	      "create: write a superblock on every member (role i = the i-th MEMBER),\n"
 	      "        creating or extending sparse files to hold SIZE; refuses members\n"
@@ -108,7 +114,12 @@ static void usage(FILE *f)
 	      "        (--control, or PIDFILE.ctl): totals, then every -i seconds\n"
 	      "        (default 1) rates and p99 latencies, -n reports (default:\n"
 	      "        until Ctrl-C); --json prints the server's document (once\n"
-	      "        unless -n).\n",
+	      "        unless -n).\n"
+	      "trace:  a bio trace (bionbd --trace) like blkparse, one line per\n"
+	      "        event (filtered by member, export, op, range, latency),\n"
+	      "        then like btt: per op, per stage (queued, issued,\n"
+	      "        completed, reply sent) and per member; -s the summary\n"
+	      "        only, --json for scripts.  Exit 1 on a corrupt trace.\n",
 	      f);
 }
 
@@ -459,7 +470,7 @@ static int cmd_create(int argc, char **argv)
 
 /* ---- info ---- */
 
-static void json_str(const char *s)
+void json_str(const char *s)
 {
 	putchar('"');
 	for (; *s; s++) {
@@ -2223,6 +2234,8 @@ int main(int argc, char **argv)
 		return cmd_rebuild(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "stat"))
 		return cmd_stat(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "trace"))
+		return cmd_trace(argc - 1, argv + 1);
 	fprintf(stderr, "bioctl: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;

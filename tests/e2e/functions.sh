@@ -358,6 +358,22 @@ requires_nbdpy() {
         skip "$NBDPY has no libnbd module (python3-libnbd)"
 }
 
+# fresh_members: the files named in the array "members" made anew, empty,
+# 16 MiB each (sparse).
+fresh_members() {
+    rm -f "${members[@]}"
+    for m in "${members[@]}"; do truncate -s 16M "$m"; done
+}
+
+# py: Debian's python3 (another may come first on PATH).
+py() { /usr/bin/python3 "$@"; }
+
+# requires_fio_nbd: fio with its nbd engine (libnbd), or skip.
+requires_fio_nbd() {
+    requires fio
+    fio --enghelp=nbd >/dev/null 2>&1 || skip "fio has no nbd engine"
+}
+
 # nbdsh and its python must be Debian's: another python3 may come first on
 # PATH and lack the nbd module.
 nbdpy() {
@@ -375,7 +391,7 @@ nbd_uri() {
 _server_cmd() {
     local sock=$1 pidfile=$2 ro='' chunk='' size='' be='' conf='' export='' arg
     local threads='' async='' sendfile='' level='' copies='' verbose='' n
-    local stats='' nostats=''
+    local stats='' nostats='' trace='' tracebuf=''
     shift 2
     local mem=() spares=() faults=()
     while [[ $# -gt 0 ]]; do
@@ -392,6 +408,8 @@ _server_cmd() {
         -v) verbose=1 ;;
         --stats) stats=$2; shift ;;
         --no-statistics) nostats=1 ;;
+        --trace) trace=$2; shift ;;
+        --trace-buffer) tracebuf=$2; shift ;;
         --level) level=$2; shift ;;
         --copies) copies=$2; shift ;;
         --async-min) async=$2; shift ;;
@@ -416,6 +434,8 @@ _server_cmd() {
         done
         [[ -z $stats ]] || _cmd+=("stats=$stats")
         [[ -z $nostats ]] || _cmd+=("statistics=false")
+        [[ -z $trace ]] || _cmd+=("trace=$trace")
+        [[ -z $tracebuf ]] || _cmd+=("trace-buffer=$tracebuf")
         [[ -z $level ]] || _cmd+=("level=$level")
         [[ -z $copies ]] || _cmd+=("copies=$copies")
         [[ -z $chunk ]] || _cmd+=("stripe-size=$chunk")
@@ -442,6 +462,8 @@ _server_cmd() {
         done
         [[ -z $stats ]] || _cmd+=(--stats "$stats")
         [[ -z $nostats ]] || _cmd+=(--no-statistics)
+        [[ -z $trace ]] || _cmd+=(--trace "$trace")
+        [[ -z $tracebuf ]] || _cmd+=(--trace-buffer "$tracebuf")
         [[ -z $level ]] || _cmd+=(--level "$level")
         [[ -z $copies ]] || _cmd+=(--copies "$copies")
         _cmd+=("${mem[@]}")

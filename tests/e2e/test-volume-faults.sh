@@ -19,17 +19,12 @@ source "$(dirname "$0")/functions.sh"
 requires_server
 requires_nbdpy
 requires qemu-io
-requires fio
-fio --enghelp=nbd >/dev/null 2>&1 || skip "fio has no nbd engine"
+requires_fio_nbd
 make_tmpdir
 cd "$tmp"
 
 K=1024 MiB=$((1024 * 1024)) CHUNK=$((64 * 1024)) N=4
 members=(m0 m1 m2 m3)
-fresh_members() {
-    rm -f "${members[@]}"
-    for m in "${members[@]}"; do truncate -s 16M "$m"; done
-}
 
 # qio_expect OUTCOME CMD: one qemu-io command; OUTCOME ok or eio.
 qio_expect() {

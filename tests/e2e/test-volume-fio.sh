@@ -11,8 +11,7 @@
 source "$(dirname "$0")/functions.sh"
 
 requires_server
-requires fio
-fio --enghelp=nbd >/dev/null 2>&1 || skip "fio has no nbd engine"
+requires_fio_nbd
 make_tmpdir
 
 members="$tmp/m0 $tmp/m1 $tmp/m2 $tmp/m3"

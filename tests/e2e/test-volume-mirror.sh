@@ -33,8 +33,7 @@ source "$(dirname "$0")/functions.sh"
 
 requires_server
 requires nbdcopy
-requires fio
-fio --enghelp=nbd >/dev/null 2>&1 || skip "fio has no nbd engine"
+requires_fio_nbd
 [[ -x $BIOCTL ]] || die "$BIOCTL not built"
 make_tmpdir
 cd "$tmp"

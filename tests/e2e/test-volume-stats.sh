@@ -20,18 +20,12 @@ source "$(dirname "$0")/functions.sh"
 
 requires_server
 requires_nbdpy
-requires fio
-fio --enghelp=nbd >/dev/null 2>&1 || skip "fio has no nbd engine"
+requires_fio_nbd
 [[ -x $BIOCTL ]] || die "$BIOCTL not built"
 make_tmpdir
 cd "$tmp"
 
 members=(m0 m1 m2 m3)
-fresh_members() {
-    rm -f "${members[@]}"
-    for m in "${members[@]}"; do truncate -s 16M "$m"; done
-}
-py() { /usr/bin/python3 "$@"; }
 
 # fio_json NAME ARGS...: run fio against the server, JSON in NAME.json.
 fio_json() {

@@ -26,8 +26,7 @@
 source "$(dirname "$0")/functions.sh"
 
 requires_server
-requires fio
-fio --enghelp=nbd >/dev/null 2>&1 || skip "fio has no nbd engine"
+requires_fio_nbd
 requires_nbdpy
 make_tmpdir
 

@@ -148,6 +148,16 @@ struct bio {
 	struct io_stats *bi_acct;
 	uint64_t bi_acct_start;
 	uint32_t bi_acct_bytes;
+	/*
+	 * Tracing (trace.h): the request's sequence number, 0 when it is not
+	 * traced; clones and splits inherit it.  The member a traced bio
+	 * reaches keeps here what its completion event reports.
+	 */
+	uint32_t bi_trace_obj; /* the member's trace id, 0 until issued */
+	uint32_t bi_trace_bytes;
+	uint64_t bi_trace;
+	uint64_t bi_trace_t0;
+	uint64_t bi_trace_off;
 	unsigned short bi_vcnt;
 	unsigned short bi_max_vecs;
 	struct bio_vec *bi_io_vec;

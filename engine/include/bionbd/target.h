@@ -69,6 +69,7 @@ struct target {
 	const struct target_ops *ops;
 	char *name; /* for messages: a path, or "stripe" */
 	uint64_t size_bytes;
+	uint32_t trace_id; /* a member's name in the trace (trace.h), or 0 */
 };
 
 /**
@@ -196,6 +197,8 @@ struct file_target_opts {
 	 * own, named by its path, under this one; NULL: not counted.
 	 */
 	struct io_stats *stats_parent;
+	/* The export's trace id: name this member in traces under it. */
+	uint32_t trace_parent;
 };
 
 /**

@@ -62,6 +62,8 @@ struct volume_config {
 	 * in a child of it (file_target_opts.stats_parent).  NULL: none.
 	 */
 	struct io_stats *stats;
+	/* The export's trace id (trace.h): its members are named under it. */
+	uint32_t trace_id;
 };
 
 /* What volume_open_info() found out about a volume. */

@@ -71,6 +71,7 @@ struct nbdl_export {
 	pthread_mutex_t rmw_lock;
 	/* Requests of the export; its members' are its children (stats.h). */
 	struct io_stats *stats;
+	uint32_t trace_id; /* its name in traces (trace.h) */
 };
 
 /**
@@ -149,6 +150,33 @@ void nbdl_account(struct nbdl_export *e, uint16_t type, uint32_t len,
 		  uint32_t nbd_err, uint64_t t0);
 
 /*
+ * A request as the trace (trace.h) sees it: its Q event fills in @seq
+ * (0: not traced) and @t0; its R event reports the rest.
+ */
+struct nbdl_trace {
+	uint64_t seq;
+	uint64_t t0; /* trace_now() at the Q event */
+	uint64_t offset;
+	uint32_t len;
+	uint32_t conn; /* the front end's connection number; 0 unknown */
+	uint16_t type, flags;
+};
+
+/**
+ * nbdl_trace_queued - request @t (offset, len, conn, type and flags set)
+ * arrived at @e: its Q event when a trace is running; @t->seq 0 else.
+ */
+void nbdl_trace_queued(const struct nbdl_export *e, struct nbdl_trace *t);
+
+/**
+ * nbdl_trace_reply - the reply to traced request @t went out with NBD
+ * error @nbd_err, or never will (@dropped: its connection went): its R
+ * event.  Clears @t->seq, so a request is replied to once.
+ */
+void nbdl_trace_reply(const struct nbdl_export *e, struct nbdl_trace *t,
+		      uint32_t nbd_err, bool dropped);
+
+/*
  * A front end's own part of the statistics document: called after the
  * exports, it writes `, "key": value` members of the top object.
  */
@@ -210,12 +238,13 @@ struct bio *nbdl_bio_alloc(uint16_t type, uint16_t flags, void *buf,
  * @buf: READ: receives @len bytes; WRITE: the @len bytes to write
  * @ext: BLOCK_STATUS: receives the extents, finished (nbdl_extents_finish)
  * @max_extents: BLOCK_STATUS: at most this many (REQ_ONE: 1)
+ * @trace: the request's trace sequence number (nbdl_trace), 0: untraced
  *
  * Any alignment (see the top).  Returns 0 or -errno.
  */
 int nbdl_do(struct nbdl_export *e, uint16_t type, uint16_t flags, void *buf,
 	    uint64_t offset, uint32_t len, struct bio_extents *ext,
-	    size_t max_extents);
+	    size_t max_extents, uint64_t trace);
 
 /**
  * nbdl_extents_finish - turn what the engine reported into a block status
