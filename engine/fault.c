@@ -732,6 +732,9 @@ static void fault_submit(struct target *t, struct bio *bio)
 	 */
 	if (ft->below->ops == &file_target_ops)
 		file_acct_start(to_file_target(ft->below), bio);
+	else
+		member_acct_start(ft->below, remote_target_stats(ft->below),
+				  bio);
 	for (unsigned int i = 0; i < set->nr; i++) {
 		struct fault_rule *r = &set->rules[i];
 
@@ -823,6 +826,8 @@ int fault_target_create(struct target **out, struct target *below,
 	ft->t.ops = &fault_target_ops;
 	ft->t.size_bytes = below->size_bytes;
 	ft->t.trace_id = below->trace_id;
+	ft->t.single_conn = below->single_conn;
+	ft->t.readonly = below->readonly;
 	ft->below = below;
 	ft->set = set;
 	ft->member = member;

@@ -50,25 +50,32 @@ static inline struct file_target *to_file_target(struct target *t)
 }
 
 /*
- * Count @bio against member @ft from now until bio_endio (stats.h), once:
- * not again when it comes back for the rest of a short transfer.
+ * Count @bio against member @t (its counters @stats, may be NULL) from now
+ * until bio_endio (stats.h), once: not again when it comes back for the
+ * rest of a short transfer.  Every target at the bottom calls it.
  */
-static inline void file_acct_start(struct file_target *ft, struct bio *bio)
+static inline void member_acct_start(struct target *t, struct io_stats *stats,
+				     struct bio *bio)
 {
 	if (bio->bi_flags & BIO_NO_ACCT)
 		return;
-	if (ft->stats && !bio->bi_acct) {
-		bio->bi_acct = ft->stats;
+	if (stats && !bio->bi_acct) {
+		bio->bi_acct = stats;
 		bio->bi_acct_bytes = bio->bi_iter.bi_size;
-		bio->bi_acct_start = io_stats_start(ft->stats);
+		bio->bi_acct_start = io_stats_start(stats);
 	}
 	/* Traced: the request's D event now, its C event in bio_endio. */
-	if (unlikely(bio->bi_trace) && ft->t.trace_id && !bio->bi_trace_obj) {
-		bio->bi_trace_obj = ft->t.trace_id;
+	if (unlikely(bio->bi_trace) && t->trace_id && !bio->bi_trace_obj) {
+		bio->bi_trace_obj = t->trace_id;
 		bio->bi_trace_off = bio_offset_bytes(bio);
 		bio->bi_trace_bytes = bio->bi_iter.bi_size;
-		bio->bi_trace_t0 = trace_bio_issue(bio, ft->t.trace_id);
+		bio->bi_trace_t0 = trace_bio_issue(bio, t->trace_id);
 	}
+}
+
+static inline void file_acct_start(struct file_target *ft, struct bio *bio)
+{
+	member_acct_start(&ft->t, ft->stats, bio);
 }
 
 /*
@@ -205,6 +212,9 @@ int fault_target_create(struct target **out, struct target *below,
 			struct fault_set *set, unsigned int member,
 			const struct fault_geom *g);
 
+/* remote.c: the counters of remote member @t, NULL for another target. */
+struct io_stats *remote_target_stats(struct target *t);
+
 /* ---- fileio.c: file I/O shared by the file target and the backends ---- */
 
 
@@ -223,6 +233,7 @@ int file_do_sync(struct file_target *ft, struct bio *bio);
 void file_inline(struct file_target *ft, struct ioq *q, struct bio *bio);
 
 struct ioq_later;
+struct ioq_poll;
 
 /* Backend ops behind struct ioq. */
 struct ioq_ops {
@@ -232,7 +243,48 @@ struct ioq_ops {
 	int (*wait)(struct ioq *q);
 	int (*event_fd)(struct ioq *q);
 	void (*destroy)(struct ioq *q);
+	int (*poll_set)(struct ioq *q, struct ioq_poll *p);
+	void (*poll_del)(struct ioq *q, struct ioq_poll *p);
 };
+
+/*
+ * A socket watched by an ioq (remote.c's connections): when it becomes
+ * ready for what @events asks (POLLIN, POLLOUT), @fn runs on the queue's
+ * thread during a reap, with the events seen.  One-shot: @fn (or whoever
+ * changes @events) calls ioq_poll_set again to go on watching.  A blocked
+ * ioq_wait and the event fd wake for it like for any completion, so a
+ * target whose bios complete over a socket needs no thread of its own and
+ * no event loop: the io_uring backend arms a POLL_ADD, the thread-pool
+ * backend an epoll set behind its event fd.
+ */
+struct ioq_poll {
+	int fd;
+	unsigned int events; /* POLLIN | POLLOUT wanted */
+	void (*fn)(struct ioq_poll *p, unsigned int revents);
+	/* The backend's. */
+	unsigned int armed; /* io_uring: directions with a POLL_ADD out */
+	bool removing; /* io_uring: POLL_REMOVEs out; re-arm after */
+	bool added; /* threads: in the epoll set */
+};
+
+/* Watch @p->fd for @p->events from now on (0 or -errno). */
+int ioq_poll_set(struct ioq *q, struct ioq_poll *p);
+/* Stop watching @p->fd; call before closing it. */
+void ioq_poll_del(struct ioq *q, struct ioq_poll *p);
+
+/*
+ * Per-queue state of a target (remote.c: its connection on this thread),
+ * found by @key; ioq_destroy runs each one's @destroy, on the queue's
+ * thread, before the backend goes.
+ */
+struct ioq_slot {
+	struct ioq_slot *next;
+	const void *key;
+	void (*destroy)(struct ioq_slot *s);
+};
+
+void ioq_slot_add(struct ioq *q, struct ioq_slot *s);
+void ioq_slot_remove(struct ioq *q, struct ioq_slot *s);
 
 struct ioq {
 	const struct ioq_ops *ops;
@@ -252,7 +304,17 @@ struct ioq {
 	struct ioq_later *later_head, **later_tail, *later_free;
 	/* Pending ioq_timer_add()s, earliest first (each counts in flight). */
 	struct ioq_timer *timers;
+	struct ioq_slot *slots;
 };
+
+static inline struct ioq_slot *ioq_slot_find(struct ioq *q, const void *key)
+{
+	struct ioq_slot *s = q->slots;
+
+	while (s && s->key != key)
+		s = s->next;
+	return s;
+}
 
 /*
  * A call back onto an ioq's own thread at a time (fault.c's delays): run
@@ -267,6 +329,8 @@ struct ioq_timer {
 };
 
 void ioq_timer_add(struct ioq *q, struct ioq_timer *tm);
+/* Take @tm back before it ran; false when it was not pending. */
+bool ioq_timer_del(struct ioq *q, struct ioq_timer *tm);
 
 /* The wait a blocking backend may do: -1 (none) or ms, rounded up. */
 int ioq_timer_wait_ms(const struct ioq *q);

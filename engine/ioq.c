@@ -58,6 +58,12 @@ void ioq_destroy(struct ioq *q)
 		return;
 	if (current_ioq == q)
 		current_ioq = NULL;
+	while (q->slots) {
+		struct ioq_slot *sl = q->slots;
+
+		q->slots = sl->next;
+		sl->destroy(sl);
+	}
 	/* Nothing in flight, so later_head is empty: only spare nodes. */
 	while (q->later_free) {
 		struct ioq_later *l = q->later_free;
@@ -102,6 +108,33 @@ void ioq_init(struct ioq *q, const struct ioq_ops *ops,
 	q->later_head = q->later_free = NULL;
 	q->later_tail = &q->later_head;
 	q->timers = NULL;
+	q->slots = NULL;
+}
+
+void ioq_slot_add(struct ioq *q, struct ioq_slot *s)
+{
+	s->next = q->slots;
+	q->slots = s;
+}
+
+void ioq_slot_remove(struct ioq *q, struct ioq_slot *s)
+{
+	for (struct ioq_slot **pp = &q->slots; *pp; pp = &(*pp)->next) {
+		if (*pp == s) {
+			*pp = s->next;
+			return;
+		}
+	}
+}
+
+int ioq_poll_set(struct ioq *q, struct ioq_poll *p)
+{
+	return q->ops->poll_set(q, p);
+}
+
+void ioq_poll_del(struct ioq *q, struct ioq_poll *p)
+{
+	q->ops->poll_del(q, p);
 }
 
 void ioq_timer_add(struct ioq *q, struct ioq_timer *tm)
@@ -114,6 +147,18 @@ void ioq_timer_add(struct ioq *q, struct ioq_timer *tm)
 	tm->next = *pp;
 	*pp = tm;
 	q->inflight++;
+}
+
+bool ioq_timer_del(struct ioq *q, struct ioq_timer *tm)
+{
+	for (struct ioq_timer **pp = &q->timers; *pp; pp = &(*pp)->next) {
+		if (*pp == tm) {
+			*pp = tm->next;
+			q->inflight--;
+			return true;
+		}
+	}
+	return false;
 }
 
 int64_t ioq_timer_next_ns(const struct ioq *q)

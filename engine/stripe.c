@@ -293,6 +293,10 @@ int stripe_target_create(struct target **out, struct target **members,
 	st->g = g;
 	st->iomap = members_iomap(members, nr);
 	memcpy(st->members, members, nr * sizeof(members[0]));
+	for (unsigned int i = 0; i < nr; i++) {
+		st->t.single_conn |= members[i]->single_conn;
+		st->t.readonly |= members[i]->readonly;
+	}
 	*out = &st->t;
 	return 0;
 }

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -31,6 +32,12 @@ struct threads_rq {
 struct threads_ioq {
 	struct ioq q;
 	int efd;
+	/*
+	 * The event fd callers see: an epoll set holding @efd and the sockets
+	 * of ioq_poll_set, so one fd wakes a loop or ioq_wait for both.
+	 */
+	int epfd;
+	unsigned int nr_polls;
 	pthread_mutex_t lock; /* guards done */
 	struct threads_rq *done;
 	struct threads_rq *free_rqs; /* owner thread only */
@@ -211,6 +218,59 @@ static int threads_flush(struct ioq *q)
 	return 0; /* work goes to the pool as it is submitted */
 }
 
+/* Run the callbacks of the sockets that are ready; returns how many. */
+static int threads_polls(struct threads_ioq *tq)
+{
+	struct epoll_event ev[16];
+	int n, done = 0;
+
+	do {
+		n = epoll_wait(tq->epfd, ev, ARRAY_SIZE(ev), 0);
+		for (int i = 0; i < n; i++) {
+			struct ioq_poll *p = ev[i].data.ptr;
+			unsigned int got = ev[i].events & (POLLIN | POLLOUT);
+
+			if (!p)
+				continue; /* efd: read by the caller */
+			if (ev[i].events & (EPOLLERR | EPOLLHUP))
+				got |= POLLERR | (p->events & (POLLIN | POLLOUT));
+			/* One-shot, like io_uring's: the callback re-arms. */
+			p->fn(p, got);
+			done++;
+		}
+	} while (n == (int)ARRAY_SIZE(ev));
+	return done;
+}
+
+static int threads_poll_set(struct ioq *q, struct ioq_poll *p)
+{
+	struct threads_ioq *tq = to_tq(q);
+	struct epoll_event ev = {
+		.events = (p->events & (POLLIN | POLLOUT)) | EPOLLONESHOT,
+		.data.ptr = p
+	};
+
+	if (!p->added) {
+		if (epoll_ctl(tq->epfd, EPOLL_CTL_ADD, p->fd, &ev))
+			return -errno;
+		p->added = true;
+		tq->nr_polls++;
+		return 0;
+	}
+	return epoll_ctl(tq->epfd, EPOLL_CTL_MOD, p->fd, &ev) ? -errno : 0;
+}
+
+static void threads_poll_del(struct ioq *q, struct ioq_poll *p)
+{
+	struct threads_ioq *tq = to_tq(q);
+
+	if (!p->added)
+		return;
+	(void)epoll_ctl(tq->epfd, EPOLL_CTL_DEL, p->fd, NULL);
+	p->added = false;
+	tq->nr_polls--;
+}
+
 static int threads_reap(struct ioq *q)
 {
 	struct threads_ioq *tq = to_tq(q);
@@ -219,6 +279,8 @@ static int threads_reap(struct ioq *q)
 	int n = 0;
 
 	(void)!read(tq->efd, &v, sizeof(v));
+	if (tq->nr_polls)
+		n = threads_polls(tq);
 	for (;;) {
 		pthread_mutex_lock(&tq->lock);
 		list = tq->done;
@@ -247,7 +309,7 @@ static int threads_reap(struct ioq *q)
 static int threads_wait(struct ioq *q)
 {
 	struct threads_ioq *tq = to_tq(q);
-	struct pollfd pfd = { .fd = tq->efd, .events = POLLIN };
+	struct pollfd pfd = { .fd = tq->epfd, .events = POLLIN };
 	int r;
 
 	r = threads_reap(q);
@@ -261,7 +323,7 @@ static int threads_wait(struct ioq *q)
 
 static int threads_event_fd(struct ioq *q)
 {
-	return to_tq(q)->efd;
+	return to_tq(q)->epfd;
 }
 
 static void threads_destroy(struct ioq *q)
@@ -274,6 +336,7 @@ static void threads_destroy(struct ioq *q)
 		tq->free_rqs = rq->next;
 		free(rq);
 	}
+	close(tq->epfd);
 	close(tq->efd);
 	pthread_mutex_destroy(&tq->lock);
 	free(tq);
@@ -287,6 +350,8 @@ static const struct ioq_ops threads_ops = {
 	.wait = threads_wait,
 	.event_fd = threads_event_fd,
 	.destroy = threads_destroy,
+	.poll_set = threads_poll_set,
+	.poll_del = threads_poll_del,
 };
 
 int threads_ioq_create(struct ioq **out, unsigned int depth)
@@ -295,10 +360,18 @@ int threads_ioq_create(struct ioq **out, unsigned int depth)
 
 	if (!tq)
 		return -ENOMEM;
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+
 	tq->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (tq->efd < 0) {
+	tq->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (tq->efd < 0 || tq->epfd < 0 ||
+	    epoll_ctl(tq->epfd, EPOLL_CTL_ADD, tq->efd, &ev)) {
 		int r = -errno;
 
+		if (tq->efd >= 0)
+			close(tq->efd);
+		if (tq->epfd >= 0)
+			close(tq->epfd);
 		free(tq);
 		return r;
 	}

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <liburing.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -369,6 +370,110 @@ static int uring_flush(struct ioq *q)
 	return 0;
 }
 
+/*
+ * Sockets (struct ioq_poll): one one-shot POLL_ADD per direction wanted,
+ * its user data the poll's address with the low bits telling it from a
+ * uring_rq (malloc'd, so 16-aligned) and giving the direction.  A change
+ * of fd cancels the old ones first (POLL_REMOVE) and arms the new ones
+ * when both cancellations are back, so a stale completion never reaches
+ * the new socket's owner.
+ */
+#define URING_POLL_TAG 1u
+#define URING_POLL_OUT 2u
+#define URING_POLL_REMOVE ((uintptr_t)URING_POLL_TAG) /* no poll: ignore */
+
+static struct io_uring_sqe *uring_sqe_now(struct uring_ioq *uq)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&uq->ring);
+
+	if (!sqe) {
+		io_uring_submit(&uq->ring);
+		uq->queued = 0;
+		sqe = io_uring_get_sqe(&uq->ring);
+	}
+	if (sqe) {
+		uq->queued++;
+		uq->in_kernel++;
+	}
+	return sqe;
+}
+
+static int uring_poll_arm(struct uring_ioq *uq, struct ioq_poll *p)
+{
+	for (unsigned int d = 0; d < 2; d++) {
+		unsigned int ev = d ? POLLOUT : POLLIN;
+		struct io_uring_sqe *sqe;
+
+		if (!(p->events & ev) || (p->armed & ev))
+			continue;
+		sqe = uring_sqe_now(uq);
+		if (!sqe)
+			return -EBUSY;
+		io_uring_prep_poll_add(sqe, p->fd, ev);
+		io_uring_sqe_set_data(sqe, (void *)((uintptr_t)p |
+						    URING_POLL_TAG |
+						    (d ? URING_POLL_OUT : 0)));
+		p->armed |= ev;
+	}
+	return 0;
+}
+
+static void uring_poll_done(struct uring_ioq *uq, uintptr_t data, int res)
+{
+	struct ioq_poll *p = (struct ioq_poll *)(data & ~(uintptr_t)3);
+	unsigned int ev = data & URING_POLL_OUT ? POLLOUT : POLLIN;
+
+	if (!p)
+		return; /* a POLL_REMOVE's own completion */
+	p->armed &= ~ev;
+	if (p->removing) {
+		if (!p->armed) {
+			p->removing = false;
+			if (p->fd >= 0)
+				uring_poll_arm(uq, p);
+		}
+		return;
+	}
+	if (res == -ECANCELED)
+		return;
+	/* An error on the socket: its owner learns it by reading. */
+	p->fn(p, res < 0 ? (unsigned int)(POLLERR | ev) : (unsigned int)res);
+}
+
+static int uring_poll_set(struct ioq *q, struct ioq_poll *p)
+{
+	struct uring_ioq *uq = to_uq(q);
+
+	if (p->removing)
+		return 0; /* armed with the new fd once the old are back */
+	return uring_poll_arm(uq, p);
+}
+
+static void uring_poll_del(struct ioq *q, struct ioq_poll *p)
+{
+	struct uring_ioq *uq = to_uq(q);
+
+	for (unsigned int d = 0; d < 2 && !p->removing; d++) {
+		unsigned int ev = d ? POLLOUT : POLLIN;
+		struct io_uring_sqe *sqe;
+
+		if (!(p->armed & ev))
+			continue;
+		sqe = uring_sqe_now(uq);
+		if (!sqe)
+			continue; /* the completion will come when it fires */
+		io_uring_prep_poll_remove(sqe,
+					  (uintptr_t)p | URING_POLL_TAG |
+						  (d ? URING_POLL_OUT : 0));
+		io_uring_sqe_set_data(sqe, (void *)URING_POLL_REMOVE);
+	}
+	if (p->armed)
+		p->removing = true;
+	/* The removals must reach the kernel before the fd is closed. */
+	if (uq->queued && io_uring_submit(&uq->ring) >= 0)
+		uq->queued = 0;
+}
+
 static int uring_reap(struct ioq *q)
 {
 	struct uring_ioq *uq = to_uq(q);
@@ -385,8 +490,14 @@ static int uring_reap(struct ioq *q)
 	do {
 		n = 0;
 		io_uring_for_each_cqe(&uq->ring, head, cqe) {
+			uintptr_t data = (uintptr_t)io_uring_cqe_get_data(cqe);
+
 			uq->in_kernel--;
-			rq_complete(uq, io_uring_cqe_get_data(cqe), cqe->res);
+			if (unlikely(data & URING_POLL_TAG))
+				uring_poll_done(uq, data, cqe->res);
+			else
+				rq_complete(uq, (struct uring_rq *)data,
+					    cqe->res);
 			n++;
 		}
 		io_uring_cq_advance(&uq->ring, n);
@@ -475,6 +586,8 @@ static const struct ioq_ops uring_ops = {
 	.wait = uring_wait,
 	.event_fd = uring_event_fd,
 	.destroy = uring_destroy,
+	.poll_set = uring_poll_set,
+	.poll_del = uring_poll_del,
 };
 
 int uring_ioq_create(struct ioq **out, unsigned int depth)

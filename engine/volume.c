@@ -68,6 +68,7 @@ struct member_check {
 	struct member_id id;
 	bool created;
 	bool grown; /* an existing file this call extended */
+	bool remote; /* an NBD URI (remote.c), probed */
 	uint64_t size_bytes;
 };
 
@@ -298,6 +299,11 @@ static int member_identify(const char *path, struct member_id *id)
 
 	memset(id, 0, sizeof(*id));
 	id->end = UINT64_MAX;
+	/* A remote export is known by its URI: given twice is all we see. */
+	if (remote_uri(path)) {
+		id->canon = strdup(path);
+		return id->canon ? 0 : -ENOMEM;
+	}
 	id->canon = canonical_path(path);
 	if (!id->canon)
 		return errno ? -errno : -ENOENT;
@@ -371,6 +377,17 @@ static int check_member(const struct volume_config *cfg, unsigned int i,
 		return verr(errbuf, errlen, -EINVAL, "member %u: empty path",
 			    i + 1);
 	r = member_identify(path, &m->id);
+	if (!r && remote_uri(path)) {
+		struct remote_info info;
+
+		r = remote_probe(path, cfg->remote_timeout_ms, &info, errbuf,
+				 errlen);
+		if (r)
+			return r;
+		m->remote = true;
+		m->size_bytes = info.size_bytes;
+		return 0;
+	}
 	if (r)
 		return verr(errbuf, errlen, r, "member %s: %s", path,
 			    strerror(-r));
@@ -414,8 +431,8 @@ static int extend_member(const char *path, struct member_check *m,
 {
 	int fd, r = 0;
 
-	if (m->id.exists &&
-	    (S_ISBLK(m->id.st.st_mode) || m->size_bytes >= size))
+	if (m->remote || (m->id.exists && (S_ISBLK(m->id.st.st_mode) ||
+					   m->size_bytes >= size)))
 		return 0;
 	fd = open(path,
 		  O_RDWR | O_CREAT | O_CLOEXEC | (m->id.exists ? 0 : O_EXCL),
@@ -454,6 +471,14 @@ static void members_free(const struct volume_config *cfg,
 	free(m);
 }
 
+static bool volume_has_remote(const struct volume_config *cfg)
+{
+	for (unsigned int i = 0; i < cfg->nr_members; i++)
+		if (remote_uri(cfg->members[i]))
+			return true;
+	return false;
+}
+
 /* The size a volume without one gets: whole stripes of the smallest member. */
 static int default_size(const struct volume_config *cfg,
 			const struct member_check *m, uint64_t chunk,
@@ -486,7 +511,10 @@ static int volume_superblocks(const struct volume_config *cfg,
 			      struct sb_volume *v, bool *sb, char *errbuf,
 			      size_t errlen)
 {
-	int r = sb_assemble(cfg->members, cfg->nr_members, v, errbuf, errlen);
+	int r = volume_has_remote(cfg) ?
+			-ENOENT :
+			sb_assemble(cfg->members, cfg->nr_members, v, errbuf,
+				    errlen);
 
 	*sb = !r;
 	if (r == -ENOENT) {
@@ -570,6 +598,17 @@ static int wants_new_mirror(const struct volume_config *cfg,
 {
 	struct sb_volume *v;
 	int r;
+
+	/*
+	 * Remote members hold no superblocks (yet): only a headerless
+	 * raid0 can be made of them.
+	 */
+	for (unsigned int i = 0; cfg->level_set && cfg->level != SB_LEVEL_RAID0 &&
+				 i < cfg->nr_members; i++)
+		if (remote_uri(cfg->members[i]))
+			return verr(errbuf, errlen, -EINVAL,
+				    "member %s: a remote member serves only a raid0 volume without superblocks",
+				    cfg->members[i]);
 
 	if (!cfg->level_set || !sb_redundant(cfg->level)) {
 		if (cfg->copies && cfg->level_set)
@@ -830,8 +869,10 @@ static int volume_plan(const struct volume_config *cfg,
 					 why);
 			goto err;
 		}
-		if (m[i].id.exists && need && m[i].size_bytes < need &&
-		    (cfg->readonly || S_ISBLK(m[i].id.st.st_mode) || sb)) {
+		if ((m[i].id.exists || m[i].remote) && need &&
+		    m[i].size_bytes < need &&
+		    (cfg->readonly || S_ISBLK(m[i].id.st.st_mode) || sb ||
+		     m[i].remote)) {
 			r = verr(errbuf, errlen, -ENOSPC,
 				 "member %s: %llu bytes, size %llu needs %llu per member",
 				 cfg->members[i],
@@ -1045,6 +1086,10 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 					  .no_inline = cfg->no_inline,
 					  .stats_parent = cfg->stats,
 					  .trace_parent = cfg->trace_id };
+	struct remote_opts ropts = { .readonly = cfg->readonly,
+				     .timeout_ms = cfg->remote_timeout_ms,
+				     .stats_parent = cfg->stats,
+				     .trace_parent = cfg->trace_id };
 	const char **paths = NULL;
 	struct sb_volume *v = malloc(sizeof(*v));
 	struct superblock newsb;
@@ -1101,6 +1146,13 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 	for (i = 0; i < n; i++, opened++) {
 		if (!paths[i])
 			continue; /* a mirror's member out of service */
+		if (remote_uri(paths[i])) {
+			r = remote_target_open(&t[i], paths[i], &ropts, errbuf,
+					       errlen);
+			if (r)
+				goto out;
+			continue;
+		}
 		r = file_target_open(&t[i], paths[i], &fopts);
 		if (r) {
 			verr(errbuf, errlen, r, "member %s: %s", paths[i],

@@ -266,6 +266,21 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 		e->copies = (uint32_t)k;
 		return 0;
 	}
+	if (!strcmp(key, "timeout")) {
+		char *end;
+		double s;
+
+		errno = 0;
+		s = strtod(value, &end);
+		if (errno || end == value || *end || !(s >= 0.001 && s <= 3600)) {
+			set_err(errbuf, errlen,
+				"%s=%s: expected seconds, 0.001 to 3600 (a remote member's requests)",
+				key, value);
+			return -EINVAL;
+		}
+		e->remote_timeout_ms = (unsigned int)(s * 1000 + 0.5);
+		return 0;
+	}
 	if (!strcmp(key, "statistics")) {
 		if (conf_parse_bool(value, &b)) {
 			set_err(errbuf, errlen, "%s=%s: expected true or false",
@@ -300,7 +315,7 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 	set_err(errbuf, errlen,
 		"%s=%s: unknown key (export keys: file, spare, level, copies, "
 		"stripe-size, size, read-only, description, fault, delay, "
-		"statistics)",
+		"statistics, timeout)",
 		key, value);
 	return -ENOENT;
 }
@@ -342,6 +357,7 @@ void conf_export_volume(const struct conf_export *e, struct volume_config *vc)
 	vc->chunk_bytes = e->chunk_bytes;
 	vc->size_bytes = e->size_bytes;
 	vc->readonly = e->readonly;
+	vc->remote_timeout_ms = e->remote_timeout_ms;
 }
 
 /* -------- the file parser -------- */
@@ -537,7 +553,7 @@ static char *resolve_path(const struct parser *p, const char *value)
 	size_t n;
 	char *r;
 
-	if (!p->basedir || value[0] == '/' || !value[0])
+	if (!p->basedir || value[0] == '/' || !value[0] || remote_uri(value))
 		return strdup(value);
 	n = strlen(p->basedir) + 1 + strlen(value) + 1;
 	r = malloc(n);

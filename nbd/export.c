@@ -207,7 +207,7 @@ int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
 		pthread_mutex_init(&x->rmw_lock, NULL);
 		x->size_bytes = x->vol->size_bytes;
 		x->iomap = target_iomap(x->vol, 0, 1, 0, &m) == 0;
-		x->readonly = vc.readonly;
+		x->readonly = vc.readonly || x->vol->readonly;
 		x->name = strdup(d->name);
 		/* A self-describing volume is described by its name. */
 		if (d->description)

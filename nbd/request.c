@@ -98,8 +98,11 @@ void nbdl_trace_reply(const struct nbdl_export *e, struct nbdl_trace *t,
 uint16_t nbdl_transmission_flags(const struct nbdl_export *e, bool structured)
 {
 	uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH |
-		     NBD_FLAG_SEND_FUA | NBD_FLAG_CAN_MULTI_CONN |
-		     NBD_FLAG_SEND_CACHE;
+		     NBD_FLAG_SEND_FUA | NBD_FLAG_SEND_CACHE;
+
+	/* A remote member without multi-conn takes it from the volume. */
+	if (!e->vol || !e->vol->single_conn)
+		f |= NBD_FLAG_CAN_MULTI_CONN;
 
 	if (e->readonly)
 		f |= NBD_FLAG_READ_ONLY;

@@ -410,7 +410,8 @@ static int bio_config(const char *key, const char *value)
 		backend_set = true;
 		return 0;
 	}
-	if (!strcmp(key, "file") || !strcmp(key, "spare")) {
+	if ((!strcmp(key, "file") || !strcmp(key, "spare")) &&
+	    !remote_uri(value)) {
 		/* nbdkit changes directory when it daemonizes. */
 		path = nbdkit_absolute_path(value);
 		if (!path)
@@ -492,6 +493,37 @@ static int bio_config_complete(void)
 	if (!backend_set && conf_backend_set)
 		backend = conf_backend;
 	return 0;
+}
+
+/*
+ * Each nbdkit thread has its own connection to a remote member, and a
+ * flush goes down the flushing thread's.  A remote without multi-conn
+ * only promises that a flush covers the writes of its own connection, so
+ * then one client's requests must stay on one thread: nbdkit serializes
+ * them.  Probed here (again in .get_ready): nbdkit asks before that.
+ */
+static int bio_thread_model(void)
+{
+	const struct conf_export *e = conf ? conf->exports : &cmdline;
+	unsigned int nr = conf ? conf->nr_exports : 1;
+
+	for (unsigned int i = 0; i < nr; i++) {
+		for (unsigned int j = 0; j < e[i].nr_members; j++) {
+			struct remote_info info;
+			char msg[256];
+
+			if (!remote_uri(e[i].members[j]) ||
+			    remote_probe(e[i].members[j],
+					 e[i].remote_timeout_ms, &info, msg,
+					 sizeof(msg)) ||
+			    info.multi_conn)
+				continue;
+			nbdkit_debug("%s has no multi-conn: requests of one client are served in order",
+				     e[i].members[j]);
+			return NBDKIT_THREAD_MODEL_SERIALIZE_REQUESTS;
+		}
+	}
+	return NBDKIT_THREAD_MODEL_PARALLEL;
 }
 
 /*
@@ -702,6 +734,14 @@ static int bio_pwrite(void *handle, const void *buf, uint32_t count,
 		   offset, NULL);
 }
 
+/* Not when a member (a remote without multi-conn) cannot promise it. */
+static int bio_can_multi_conn(void *handle)
+{
+	const struct nbdl_export *e = handle;
+
+	return !e->vol->single_conn;
+}
+
 static int bio_flush(void *handle, uint32_t flags)
 {
 	/*
@@ -755,6 +795,10 @@ static int bio_extents(void *handle, uint32_t count, uint64_t offset,
 static const char bio_config_help[] =
     "file=PATH         Member file or block device; repeat, in stripe order\n"
     "                  (required unless conf=; 'nbdkit bio A B' works too).\n"
+    "                  Or another server's export: nbd://HOST[:PORT]/NAME,\n"
+    "                  nbd+unix:///NAME?socket=PATH, nbds://... (TLS).\n"
+    "timeout=SECONDS   Remote members: a request or connection unanswered\n"
+    "                  this long fails with EIO (default 5).\n"
     "spare=PATH        A spare of a raid1/raid10 volume (bioctl create\n"
     "                  --level): takes over a member that fails; repeat.\n"
     "level=LEVEL       raid0, raid1 or raid10: must match the superblocks;\n"
@@ -796,6 +840,7 @@ static struct nbdkit_plugin plugin = {
     .config_help = bio_config_help,
     .magic_config_key = "file",
     .get_ready = bio_get_ready,
+    .thread_model = bio_thread_model,
     .after_fork = bio_after_fork,
     .dump_plugin = bio_dump_plugin,
     .list_exports = bio_list_exports,
@@ -811,7 +856,7 @@ static struct nbdkit_plugin plugin = {
     .can_zero = bio_true,
     .can_fast_zero = bio_true,
     .can_fua = bio_can_fua,
-    .can_multi_conn = bio_true,
+    .can_multi_conn = bio_can_multi_conn,
     .can_extents = bio_true,
     .can_cache = bio_can_cache,
     .pread = bio_pread,

@@ -55,6 +55,7 @@ struct cmdline {
 	const char *stripe_size;
 	const char *size;
 	const char *level, *copies;
+	const char *timeout; /* --timeout: remote members' */
 	const char *spares[64]; /* --spare, in order */
 	unsigned int nr_spares;
 	struct {
@@ -98,7 +99,7 @@ static void usage(FILE *f)
 	      "              [-e EXPORTNAME] [--description TEXT] [-P PIDFILE]\n"
 	      "              [--stripe-size SIZE] [--spare FILE]\n"
 	      "              [--level raid0|raid1|raid10] [--copies K]\n"
-	      "              [--fault RULE] [--delay RULE]\n"
+	      "              [--fault RULE] [--delay RULE] [--timeout S]\n"
 	      "              [--size SIZE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
 	      "              [--max-connections N] [--memory SIZE]\n"
@@ -148,6 +149,9 @@ static void usage(FILE *f)
 	      "                         error=EIO rate=1%\" (repeat; docs/faults.md)\n"
 	      "      --delay RULE       delay a member's I/O, e.g. \"op=read ms=5\"\n"
 	      "                         (repeat; docs/faults.md)\n"
+	      "      --timeout S        remote members (nbd://... URIs): a request\n"
+	      "                         or connection unanswered for S seconds\n"
+	      "                         fails with EIO (default 5; docs/remote.md)\n"
 	      "      --backend NAME     io_uring (default) or threads\n"
 	      "      --poll-us N        busy-poll up to N microseconds for the next\n"
 	      "                         request after replying (adaptive; default\n"
@@ -258,6 +262,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "delay", required_argument, NULL, 'j' },
 		{ "level", required_argument, NULL, 'W' },
 		{ "copies", required_argument, NULL, 'k' },
+		{ "timeout", required_argument, NULL, 'o' },
 		{ "size", required_argument, NULL, 's' },
 		{ "backend", required_argument, NULL, 'b' },
 		{ "poll-us", required_argument, NULL, 'L' },
@@ -304,6 +309,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		case 'S': cl->stripe_size = optarg; break;
 		case 'W': cl->level = optarg; break;
 		case 'k': cl->copies = optarg; break;
+		case 'o': cl->timeout = optarg; break;
 		case 'Z':
 			if (cl->nr_spares == sizeof(cl->spares) / sizeof(cl->spares[0]))
 				die("--spare %s: more than %zu spares", optarg,
@@ -410,6 +416,8 @@ static void exports_from_cmdline(const struct cmdline *cl)
 		set_export_key(ce, "level", cl->level);
 	if (cl->copies)
 		set_export_key(ce, "copies", cl->copies);
+	if (cl->timeout)
+		set_export_key(ce, "timeout", cl->timeout);
 	if (cl->size)
 		set_export_key(ce, "size", cl->size);
 	if (cl->description)

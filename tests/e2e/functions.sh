@@ -314,7 +314,7 @@ stripe_member() {
 #   start_server [-r] [--stripe-size S] [--size S] [--backend B]
 #                [--conf FILE] [--export NAME] [--threads N]
 #                [--async-min SIZE] [--sendfile-min SIZE] [--spare FILE]
-#                [--level LEVEL] [--copies K] [--]
+#                [--level LEVEL] [--copies K] [--timeout S] [--]
 #                [MEMBER...]
 #                            serve on a unix socket in $tmp, in the
 #                            background (stopped at exit); returns once it
@@ -391,7 +391,7 @@ nbd_uri() {
 _server_cmd() {
     local sock=$1 pidfile=$2 ro='' chunk='' size='' be='' conf='' export='' arg
     local threads='' async='' sendfile='' level='' copies='' verbose='' n
-    local stats='' nostats='' trace='' tracebuf=''
+    local stats='' nostats='' trace='' tracebuf='' rtimeout=''
     shift 2
     local mem=() spares=() faults=()
     while [[ $# -gt 0 ]]; do
@@ -410,6 +410,7 @@ _server_cmd() {
         --no-statistics) nostats=1 ;;
         --trace) trace=$2; shift ;;
         --trace-buffer) tracebuf=$2; shift ;;
+        --timeout) rtimeout=$2; shift ;;
         --level) level=$2; shift ;;
         --copies) copies=$2; shift ;;
         --async-min) async=$2; shift ;;
@@ -436,6 +437,7 @@ _server_cmd() {
         [[ -z $nostats ]] || _cmd+=("statistics=false")
         [[ -z $trace ]] || _cmd+=("trace=$trace")
         [[ -z $tracebuf ]] || _cmd+=("trace-buffer=$tracebuf")
+        [[ -z $rtimeout ]] || _cmd+=("timeout=$rtimeout")
         [[ -z $level ]] || _cmd+=("level=$level")
         [[ -z $copies ]] || _cmd+=("copies=$copies")
         [[ -z $chunk ]] || _cmd+=("stripe-size=$chunk")
@@ -464,6 +466,7 @@ _server_cmd() {
         [[ -z $nostats ]] || _cmd+=(--no-statistics)
         [[ -z $trace ]] || _cmd+=(--trace "$trace")
         [[ -z $tracebuf ]] || _cmd+=(--trace-buffer "$tracebuf")
+        [[ -z $rtimeout ]] || _cmd+=(--timeout "$rtimeout")
         [[ -z $level ]] || _cmd+=(--level "$level")
         [[ -z $copies ]] || _cmd+=(--copies "$copies")
         _cmd+=("${mem[@]}")

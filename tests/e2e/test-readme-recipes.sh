@@ -8,7 +8,8 @@
 # info says so, bioctl rebuild, bioctl check), faults (a write fault
 # switched on and off by a file, seen by nbdcopy),
 # socket-activation (nbdcopy and nbdinfo start bionbd themselves), tls-psk
-# and tls-x509 (keys made as the recipe says, nbdinfo over TLS).  A recipe
+# and tls-x509 (keys made as the recipe says, nbdinfo over TLS), remote (a
+# file and an nbdkit memory export striped, data copied and compared).  A recipe
 # missing from the README fails, as does one that fails or hangs; no
 # bionbd may be left running.
 source "$(dirname "$0")/functions.sh"
@@ -16,6 +17,7 @@ source "$(dirname "$0")/functions.sh"
 requires nbdinfo
 requires nbdcopy
 requires nbdfuse
+requires nbdkit
 requires psktool
 requires certtool
 requires mkfs.ext4
@@ -35,7 +37,7 @@ recipe() {
     ' "$SRC_DIR/README.md"
 }
 
-for name in ci-job mirror faults socket-activation tls-psk tls-x509; do
+for name in ci-job mirror faults socket-activation tls-psk tls-x509 remote; do
     log "recipe $name"
     text=$(recipe "$name")
     [[ -n $text ]] || die "README.md has no '# recipe: $name' block"
@@ -56,6 +58,7 @@ done
 expect_grep "export-size: $((512 << 20)) " "$tmp/socket-activation.out"
 expect_grep "with TLS" "$tmp/tls-psk.out"
 expect_grep "with TLS" "$tmp/tls-x509.out"
+pgrep -f "nbdkit -U r1.sock" >/dev/null && die "recipe remote left its nbdkit running"
 expect_grep "^mnt/nbd: [0-9]+/65536 files" "$tmp/ci-job.out"
 expect_grep "degraded \(1 of 2 members active\)" "$tmp/mirror.out"
 expect_grep "volume 'home': superblocks consistent, .* the live copies agree" "$tmp/mirror.out"

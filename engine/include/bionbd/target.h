@@ -70,6 +70,14 @@ struct target {
 	char *name; /* for messages: a path, or "stripe" */
 	uint64_t size_bytes;
 	uint32_t trace_id; /* a member's name in the trace (trace.h), or 0 */
+	/*
+	 * Consistency across connections is not promised below (a remote
+	 * member without multi-conn): the export must not advertise
+	 * NBD_FLAG_CAN_MULTI_CONN.  Stacked targets inherit it.
+	 */
+	bool single_conn;
+	/* Writes are refused below (a read-only remote): so is the volume. */
+	bool readonly;
 };
 
 /**
@@ -209,6 +217,51 @@ struct file_target_opts {
  */
 int file_target_open(struct target **out, const char *path,
 		     const struct file_target_opts *opts);
+
+/* -------- remote target (another server's NBD export) -------- */
+
+/* Is @member an NBD URI (nbd://, nbds://, nbd+unix://, ...) rather than a path? */
+bool remote_uri(const char *member);
+
+/* What a remote export offers, learnt at open. */
+struct remote_info {
+	uint64_t size_bytes;
+	uint32_t max_bytes; /* largest read or write command we send */
+	bool readonly, flush, fua, trim, zero, fast_zero, cache, multi_conn;
+	bool extents; /* base:allocation */
+};
+
+struct remote_opts {
+	bool readonly;
+	/* A connection or a request older than this fails with EIO (0: 5 s). */
+	unsigned int timeout_ms;
+	struct io_stats *stats_parent; /* as file_target_opts */
+	uint32_t trace_parent;
+};
+
+/**
+ * remote_probe - connect to @uri once, within @timeout_ms, and learn what
+ * it offers.  Returns 0 or -errno with a one-line message naming @uri.
+ */
+int remote_probe(const char *uri, unsigned int timeout_ms,
+		 struct remote_info *info, char *errbuf, size_t errlen);
+
+/**
+ * remote_target_open - a target that is the NBD export at @uri (libnbd's
+ * URI syntax: nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH,
+ * nbds://... with tls-psk-file= or tls-certificates=)
+ *
+ * Probes it now (size and flags); each thread that submits later makes its
+ * own connection.  A read-only export makes the target read-only
+ * (target.readonly, with a notice).
+ * What the remote lacks is carried out or answered honestly: FUA becomes
+ * a flush after the write, write-zeroes without support writes zeros,
+ * trim and cache become no-ops, a fast zero gets EOPNOTSUPP, extents all
+ * read as data.  Returns 0 or -errno with a message.
+ */
+int remote_target_open(struct target **out, const char *uri,
+		       const struct remote_opts *opts, char *errbuf,
+		       size_t errlen);
 
 /* -------- stripe target (RAID-0) -------- */
 

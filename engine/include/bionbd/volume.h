@@ -64,6 +64,11 @@ struct volume_config {
 	struct io_stats *stats;
 	/* The export's trace id (trace.h): its members are named under it. */
 	uint32_t trace_id;
+	/*
+	 * Remote members (NBD URIs, target.h): a connection or a request
+	 * that gets no answer for this long fails with EIO.  0: 5 s.
+	 */
+	unsigned int remote_timeout_ms;
 };
 
 /* What volume_open_info() found out about a volume. */

@@ -71,6 +71,8 @@ struct conf_export {
 	uint64_t size_bytes;  /* 0 = from the members */
 	bool readonly;
 	bool no_statistics; /* statistics = false: nothing counted */
+	/* timeout = S: remote members' (volume_config.remote_timeout_ms) */
+	unsigned int remote_timeout_ms;
 	unsigned int
 	    line; /* line of its [export] header; 0 = not from a file */
 };

@@ -1,0 +1,1054 @@
+// SPDX-License-Identifier: MIT
+/*
+ * remote.c - the remote target: a member that is another server's NBD
+ * export, reached with libnbd's asynchronous API.
+ *
+ * Every thread that submits to the member gets its own connection (an
+ * ioq_slot of the thread's ioq), made on its first bio and driven by that
+ * ioq: the socket is an ioq_poll, so the worker's io_uring ring (or the
+ * thread pool's epoll set) wakes for replies like for any completion, and
+ * libnbd's completion callbacks run inside the reap, on the submitting
+ * thread.  No thread of our own, no hop, no lock on the data path.
+ *
+ * Failure is never a hang: a connection that dies fails what it had in
+ * flight with EIO; a request older than the timeout closes the connection
+ * (EIO for all of it); a connection that cannot be made fails the bios
+ * waiting for it, and the next attempt waits for a backoff that doubles up
+ * to REMOTE_BACKOFF_MAX (bios meanwhile fail at once).  The member's state
+ * changes are logged once for all threads, not per bio.
+ */
+#include <errno.h>
+#include <libnbd.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "internal.h"
+
+#define REMOTE_TIMEOUT_MS_DEFAULT 5000u
+#define REMOTE_BACKOFF_MIN_NS 100000000ull /* 0.1 s */
+#define REMOTE_BACKOFF_MAX_NS 5000000000ull /* 5 s */
+/* Largest command when the remote names no maximum (the NBD spec's 32M). */
+#define REMOTE_CMD_MAX (32u << 20)
+/* Trim and zero commands: libnbd and most servers take 32-bit lengths. */
+#define REMOTE_RANGE_MAX (1u << 30)
+
+struct remote_target {
+	struct target t;
+	char *uri;
+	struct remote_info info;
+	unsigned int timeout_ms;
+	uint32_t cmd_max; /* bytes per read or write command */
+	struct io_stats *stats;
+	/* Down since a connection failed, until one is made again. */
+	atomic_bool down;
+	/* The connections of every thread, under remote_lock. */
+	struct remote_conn *conns;
+};
+
+enum remote_state {
+	RC_IDLE, /* no handle: connect on the next bio */
+	RC_CONNECTING,
+	RC_READY,
+	RC_BACKOFF, /* the last attempt failed: bios fail until @deadline */
+};
+
+struct remote_io;
+
+/* One thread's connection to one remote member. */
+struct remote_conn {
+	struct ioq_slot slot; /* key: the target */
+	struct ioq_poll poll;
+	struct ioq_timer timer; /* connect or request deadline, if on */
+	bool timer_on;
+	enum remote_state state;
+	struct ioq *q;
+	struct nbd_handle *h;
+	/* NULL once the target was destroyed first (under remote_lock). */
+	struct remote_target *rt;
+	struct remote_conn *next; /* in rt->conns */
+	uint64_t deadline_ns; /* connecting: give up; backoff: retry after */
+	uint64_t idle_ns; /* when the last bio in flight ended */
+	uint64_t backoff_ns;
+	struct bio *wait_head, **wait_tail; /* waiting for the connection */
+	/* In flight, oldest first (the timeout looks at the head). */
+	struct remote_io *head, *tail;
+	struct remote_io *free_ios;
+	/*
+	 * Bios whose writes are done and that wait for the flush that makes
+	 * them FUA: issued once libnbd has returned (never from inside its
+	 * callbacks).
+	 */
+	struct remote_io *flush_head;
+};
+
+/* One bio in flight: one or more commands. */
+struct remote_io {
+	struct remote_io *next, *prev;
+	struct remote_conn *c;
+	struct bio *bio;
+	unsigned int pending; /* commands out, plus one while issuing */
+	int err;
+	bool quiet; /* the connection failed: logged once for the member */
+	bool then_flush; /* FUA the remote lacks: a flush after the writes */
+	struct remote_io *next_flush; /* in conn->flush_head */
+	uint64_t t0;
+	uint64_t ext_start, ext_end; /* extents: bio range, covered up to */
+};
+
+/* Guards every rt->conns list and every conn's rt. */
+static pthread_mutex_t remote_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static inline struct remote_target *to_rt(struct target *t)
+{
+	return container_of(t, struct remote_target, t);
+}
+
+bool remote_uri(const char *member)
+{
+	static const char *const schemes[] = { "nbd://", "nbds://",
+					       "nbd+unix://", "nbds+unix://",
+					       "nbd+vsock://", "nbds+vsock://" };
+
+	for (unsigned int i = 0; member && i < ARRAY_SIZE(schemes); i++)
+		if (!strncmp(member, schemes[i], strlen(schemes[i])))
+			return true;
+	return false;
+}
+
+/* libnbd's errno for a failed call; EIO when it names none. */
+static int remote_errno(void)
+{
+	int e = nbd_get_errno();
+
+	return e > 0 ? -e : -EIO;
+}
+
+/* Did @e come from the connection rather than from the remote's answer? */
+static bool remote_conn_errno(int e)
+{
+	switch (e) {
+	case ENOTCONN:
+	case ESHUTDOWN:
+	case ECONNRESET:
+	case ECONNREFUSED:
+	case EPIPE:
+	case ETIMEDOUT:
+	case EPROTO:
+	case EBADMSG:
+	case 0:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
+ * What the client is told of a command that failed: the remote's own
+ * error where it sent one; losing the connection is EIO.
+ */
+static int remote_cmd_err(int e)
+{
+	return remote_conn_errno(e) ? -EIO : -e;
+}
+
+/* A handle set up the same way for the probe and for every connection. */
+static struct nbd_handle *remote_handle(char *errbuf, size_t errlen,
+					const char *uri)
+{
+	struct nbd_handle *h = nbd_create();
+
+	if (!h) {
+		verr(errbuf, errlen, -ENOMEM, "member %s: %s", uri,
+		     nbd_get_error());
+		return NULL;
+	}
+	/* Our buffers are the client's data: no need to clear them first. */
+	nbd_set_pread_initialize(h, false);
+	(void)nbd_add_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION);
+	if (nbd_aio_connect_uri(h, uri) == -1) {
+		verr(errbuf, errlen, remote_errno(), "member %s: %s", uri,
+		     nbd_get_error());
+		nbd_close(h);
+		return NULL;
+	}
+	return h;
+}
+
+static int remote_info_read(struct nbd_handle *h, struct remote_info *info)
+{
+	int64_t size = nbd_get_size(h), max;
+
+	if (size < 0)
+		return remote_errno();
+	memset(info, 0, sizeof(*info));
+	info->size_bytes = (uint64_t)size;
+	info->readonly = nbd_is_read_only(h) == 1;
+	info->flush = nbd_can_flush(h) == 1;
+	info->fua = nbd_can_fua(h) == 1;
+	info->trim = nbd_can_trim(h) == 1;
+	info->zero = nbd_can_zero(h) == 1;
+	info->fast_zero = nbd_can_fast_zero(h) == 1;
+	info->cache = nbd_can_cache(h) == 1;
+	info->multi_conn = nbd_can_multi_conn(h) == 1;
+	info->extents =
+		nbd_can_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
+	max = nbd_get_block_size(h, LIBNBD_SIZE_MAXIMUM);
+	info->max_bytes = max > 0 && max < REMOTE_CMD_MAX ? (uint32_t)max :
+							    REMOTE_CMD_MAX;
+	return 0;
+}
+
+int remote_probe(const char *uri, unsigned int timeout_ms,
+		 struct remote_info *info, char *errbuf, size_t errlen)
+{
+	uint64_t end = engine_now_ns() +
+		       (uint64_t)(timeout_ms ? timeout_ms :
+					       REMOTE_TIMEOUT_MS_DEFAULT) *
+			       1000000u;
+	struct nbd_handle *h = remote_handle(errbuf, errlen, uri);
+	int r = 0;
+
+	if (!h)
+		return -EIO;
+	while (!nbd_aio_is_ready(h)) {
+		uint64_t now = engine_now_ns();
+
+		if (nbd_aio_is_dead(h) || nbd_aio_is_closed(h)) {
+			r = verr(errbuf, errlen, remote_errno(),
+				 "member %s: %s", uri, nbd_get_error());
+			goto out;
+		}
+		if (now >= end) {
+			r = verr(errbuf, errlen, -ETIMEDOUT,
+				 "member %s: no answer within %u ms", uri,
+				 timeout_ms ? timeout_ms :
+					      REMOTE_TIMEOUT_MS_DEFAULT);
+			goto out;
+		}
+		if (nbd_poll(h, (int)((end - now + 999999) / 1000000)) == -1) {
+			r = verr(errbuf, errlen, remote_errno(),
+				 "member %s: %s", uri, nbd_get_error());
+			goto out;
+		}
+	}
+	r = remote_info_read(h, info);
+	if (r)
+		verr(errbuf, errlen, r, "member %s: %s", uri, nbd_get_error());
+	else
+		(void)nbd_aio_disconnect(h, 0);
+out:
+	nbd_close(h);
+	return r;
+}
+
+/* ---- per-thread connections ---- */
+
+static void conn_timer_fn(struct ioq_timer *tm);
+static void conn_poll_fn(struct ioq_poll *p, unsigned int revents);
+static void conn_issue(struct remote_conn *c, struct bio *bio);
+
+static void conn_timer_stop(struct remote_conn *c)
+{
+	if (c->timer_on)
+		ioq_timer_del(c->q, &c->timer);
+	c->timer_on = false;
+}
+
+static void conn_timer_at(struct remote_conn *c, uint64_t deadline_ns)
+{
+	conn_timer_stop(c);
+	c->timer.deadline_ns = deadline_ns;
+	c->timer.fn = conn_timer_fn;
+	ioq_timer_add(c->q, &c->timer);
+	c->timer_on = true;
+}
+
+/* Watch the socket for what libnbd waits for now. */
+static void conn_rearm(struct remote_conn *c)
+{
+	unsigned int dir;
+
+	if (!c->h)
+		return;
+	dir = nbd_aio_get_direction(c->h);
+	c->poll.events = (dir & LIBNBD_AIO_DIRECTION_READ ? POLLIN : 0) |
+			 (dir & LIBNBD_AIO_DIRECTION_WRITE ? POLLOUT : 0);
+	/* Always listen: a remote that closes an idle connection says so. */
+	c->poll.events |= POLLIN;
+	(void)ioq_poll_set(c->q, &c->poll);
+}
+
+static struct remote_io *io_get(struct remote_conn *c)
+{
+	struct remote_io *io = c->free_ios;
+
+	if (io)
+		c->free_ios = io->next;
+	else if (!(io = malloc(sizeof(*io))))
+		return NULL;
+	memset(io, 0, sizeof(*io));
+	io->c = c;
+	return io;
+}
+
+static void io_unlink(struct remote_conn *c, struct remote_io *io)
+{
+	if (io->prev)
+		io->prev->next = io->next;
+	else
+		c->head = io->next;
+	if (io->next)
+		io->next->prev = io->prev;
+	else
+		c->tail = io->prev;
+}
+
+/* One command of @io less; the last one ends the bio (at the next reap). */
+static void io_put(struct remote_io *io)
+{
+	struct remote_conn *c = io->c;
+	struct bio *bio = io->bio;
+
+	if (--io->pending)
+		return;
+	if (io->then_flush && !io->err && c->h) {
+		/* Still in flight (and under the timeout) meanwhile. */
+		io->then_flush = false;
+		io->pending = 1;
+		io->next_flush = c->flush_head;
+		c->flush_head = io;
+		return;
+	}
+	io_unlink(c, io);
+	if (io->err && io->err != -EOPNOTSUPP && !io->quiet && c->rt)
+		target_report_error(&c->rt->t, bio, io->err);
+	c->q->inflight--;
+	ioq_defer_end(c->q, bio, io->err);
+	io->next = c->free_ios;
+	c->free_ios = io;
+	if (!c->head) {
+		conn_timer_stop(c);
+		c->idle_ns = engine_now_ns();
+	}
+}
+
+static int io_cmd_cb(void *user_data, int *error)
+{
+	struct remote_io *io = user_data;
+
+	if (*error && !io->err) {
+		io->err = remote_cmd_err(*error);
+		io->quiet = remote_conn_errno(*error);
+	}
+	io_put(io);
+	return 1; /* retire the command */
+}
+
+/* The flushes that make emulated FUA writes durable (see flush_head). */
+static void conn_run_flushes(struct remote_conn *c)
+{
+	while (c->flush_head) {
+		struct remote_io *io = c->flush_head;
+
+		c->flush_head = io->next_flush;
+		if (!c->h || nbd_aio_flush(c->h,
+					   (nbd_completion_callback){
+						   .callback = io_cmd_cb,
+						   .user_data = io },
+					   0) == -1) {
+			if (!io->err)
+				io->err = -EIO;
+			io_put(io);
+		}
+	}
+}
+
+static int io_extent_cb(void *user_data, const char *metacontext,
+			uint64_t offset, uint32_t *entries, size_t nr,
+			int *error)
+{
+	struct remote_io *io = user_data;
+	struct bio *bio = io->bio;
+	uint64_t base = bio->bi_iter.bi_done;
+
+	if (strcmp(metacontext, LIBNBD_CONTEXT_BASE_ALLOCATION))
+		return 0;
+	for (size_t i = 0; i + 1 < nr && io->ext_end < io->ext_start +
+						bio->bi_iter.bi_size; i += 2) {
+		uint64_t len = entries[i];
+		uint64_t left = io->ext_start + bio->bi_iter.bi_size -
+				io->ext_end;
+
+		if (offset != io->ext_end)
+			break; /* out of order: the rest reads as data */
+		if (len > left)
+			len = left;
+		if (bio_extents_add(bio->bi_ext,
+				    base + io->ext_end - io->ext_start, len,
+				    entries[i + 1] &
+					    (BIO_EXT_HOLE | BIO_EXT_ZERO))) {
+			*error = ENOMEM;
+			return -1;
+		}
+		io->ext_end += len;
+		offset += len;
+	}
+	return 0;
+}
+
+static int io_extents_done_cb(void *user_data, int *error)
+{
+	struct remote_io *io = user_data;
+	struct bio *bio = io->bio;
+	uint64_t end = io->ext_start + bio->bi_iter.bi_size;
+
+	/* What the remote left unsaid is data: never wrongly zero. */
+	if (!*error && io->ext_end < end &&
+	    bio_extents_add(bio->bi_ext,
+			    bio->bi_iter.bi_done + io->ext_end - io->ext_start,
+			    end - io->ext_end, 0))
+		*error = ENOMEM;
+	return io_cmd_cb(user_data, error);
+}
+
+/* Fail every bio waiting for the connection with @err. */
+static void conn_fail_waiting(struct remote_conn *c, int err)
+{
+	struct bio *list = c->wait_head;
+
+	c->wait_head = NULL;
+	c->wait_tail = &c->wait_head;
+	while (list) {
+		struct bio *bio = list;
+
+		list = bio->bi_next;
+		bio->bi_next = NULL;
+		c->q->inflight--;
+		ioq_defer_end(c->q, bio, err);
+	}
+}
+
+static const char *conn_name(const struct remote_conn *c)
+{
+	return c->rt ? c->rt->uri : "(closed)";
+}
+
+/* The member is down: say so once, whichever thread sees it first. */
+static void member_down(struct remote_conn *c, const char *why)
+{
+	if (c->rt && !atomic_exchange(&c->rt->down, true))
+		target_notice(TARGET_NOTICE_ERROR,
+			      "member %s: %s; its requests fail with EIO until it is back",
+			      conn_name(c), why);
+}
+
+static void member_up(struct remote_conn *c)
+{
+	if (c->rt && atomic_exchange(&c->rt->down, false))
+		target_notice(TARGET_NOTICE_INFO, "member %s: connected again",
+			      conn_name(c));
+}
+
+/* Close the handle; what was in flight stays on the list. */
+static void conn_close(struct remote_conn *c)
+{
+	struct nbd_handle *h = c->h;
+
+	if (!h)
+		return;
+	ioq_poll_del(c->q, &c->poll);
+	c->poll.fd = -1;
+	c->h = NULL;
+	/*
+	 * Closing may run the callbacks of what was in flight (with an
+	 * error): each ends its bio as usual.
+	 */
+	nbd_close(h);
+}
+
+/*
+ * Drop the connection: everything in flight and waiting fails with EIO.
+ * A connection that was up is made again by the next bio; one that could
+ * not be made is tried again after the backoff, which doubles.
+ */
+static void conn_drop(struct remote_conn *c, const char *why)
+{
+	bool was_up = c->state == RC_READY;
+	struct remote_io *io;
+
+	member_down(c, why);
+	conn_timer_stop(c);
+	c->state = RC_BACKOFF;
+	conn_close(c);
+	/* What the close did not end, ends here. */
+	c->flush_head = NULL;
+	while ((io = c->head)) {
+		if (!io->err) {
+			io->err = -EIO;
+			io->quiet = true;
+		}
+		io->then_flush = false;
+		io->pending = 1;
+		io_put(io);
+	}
+	conn_fail_waiting(c, -EIO);
+	if (was_up) {
+		c->state = RC_IDLE;
+		c->backoff_ns = 0;
+		return;
+	}
+	c->state = RC_BACKOFF;
+	c->backoff_ns = c->backoff_ns ? c->backoff_ns * 2 :
+					REMOTE_BACKOFF_MIN_NS;
+	if (c->backoff_ns > REMOTE_BACKOFF_MAX_NS)
+		c->backoff_ns = REMOTE_BACKOFF_MAX_NS;
+	c->deadline_ns = engine_now_ns() + c->backoff_ns;
+}
+
+static void conn_ready(struct remote_conn *c)
+{
+	struct remote_info now;
+	struct bio *list;
+	char why[160];
+
+	if (remote_info_read(c->h, &now) ||
+	    now.size_bytes != c->rt->info.size_bytes) {
+		snprintf(why, sizeof(why),
+			 "its size is now %llu bytes, was %llu",
+			 (unsigned long long)now.size_bytes,
+			 (unsigned long long)c->rt->info.size_bytes);
+		conn_drop(c, why);
+		return;
+	}
+	c->state = RC_READY;
+	c->backoff_ns = 0;
+	c->idle_ns = engine_now_ns();
+	conn_timer_stop(c);
+	member_up(c);
+	list = c->wait_head;
+	c->wait_head = NULL;
+	c->wait_tail = &c->wait_head;
+	while (list) {
+		struct bio *bio = list;
+
+		list = bio->bi_next;
+		bio->bi_next = NULL;
+		c->q->inflight--;
+		if (likely(c->state == RC_READY))
+			conn_issue(c, bio);
+		else /* it died under the first ones */
+			ioq_defer_end(c->q, bio, -EIO);
+	}
+}
+
+/* Where libnbd stands after it ran: act on a change of state. */
+static void conn_check(struct remote_conn *c)
+{
+	if (!c->h)
+		return;
+	if (nbd_aio_is_dead(c->h) || nbd_aio_is_closed(c->h)) {
+		char why[200];
+
+		snprintf(why, sizeof(why), "%s",
+			 c->state == RC_CONNECTING ? nbd_get_error() :
+						     "connection lost");
+		if (!why[0])
+			snprintf(why, sizeof(why), "connection lost");
+		conn_drop(c, why);
+		return;
+	}
+	if (c->state == RC_CONNECTING && nbd_aio_is_ready(c->h))
+		conn_ready(c);
+	conn_run_flushes(c);
+	conn_rearm(c);
+}
+
+static void conn_poll_fn(struct ioq_poll *p, unsigned int revents)
+{
+	struct remote_conn *c = container_of(p, struct remote_conn, poll);
+
+	if (!c->h)
+		return;
+	if (revents & (POLLIN | POLLERR | POLLHUP))
+		(void)nbd_aio_notify_read(c->h);
+	if (c->h && (revents & POLLOUT) &&
+	    (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE))
+		(void)nbd_aio_notify_write(c->h);
+	conn_check(c);
+}
+
+static void conn_timer_fn(struct ioq_timer *tm)
+{
+	struct remote_conn *c = container_of(tm, struct remote_conn, timer);
+	uint64_t now = engine_now_ns(), limit;
+	char why[120];
+
+	c->timer_on = false;
+	if (c->state == RC_CONNECTING) {
+		snprintf(why, sizeof(why), "no answer within %u ms",
+			 c->rt ? c->rt->timeout_ms : 0);
+		conn_drop(c, why);
+		return;
+	}
+	if (!c->head || !c->rt)
+		return;
+	limit = (uint64_t)c->rt->timeout_ms * 1000000u;
+	if (now - c->head->t0 >= limit) {
+		snprintf(why, sizeof(why),
+			 "a request got no reply within %u ms",
+			 c->rt->timeout_ms);
+		conn_drop(c, why);
+		return;
+	}
+	conn_timer_at(c, c->head->t0 + limit);
+}
+
+static void conn_connect(struct remote_conn *c)
+{
+	struct remote_target *rt = c->rt;
+	char why[256];
+
+	c->h = remote_handle(why, sizeof(why), rt->uri);
+	if (!c->h) {
+		conn_drop(c, why);
+		return;
+	}
+	c->state = RC_CONNECTING;
+	c->poll.fd = nbd_aio_get_fd(c->h);
+	c->poll.fn = conn_poll_fn;
+	conn_timer_at(c, engine_now_ns() +
+				 (uint64_t)rt->timeout_ms * 1000000u);
+	conn_check(c);
+}
+
+static void conn_destroy(struct ioq_slot *s)
+{
+	struct remote_conn *c = container_of(s, struct remote_conn, slot);
+
+	/* Nothing is in flight: ioq_destroy's caller drained the queue. */
+	if (c->h) {
+		ioq_poll_del(c->q, &c->poll);
+		(void)nbd_aio_disconnect(c->h, 0); /* never blocks */
+		nbd_close(c->h);
+	}
+	conn_timer_stop(c);
+	pthread_mutex_lock(&remote_lock);
+	if (c->rt) {
+		for (struct remote_conn **pp = &c->rt->conns; *pp;
+		     pp = &(*pp)->next) {
+			if (*pp == c) {
+				*pp = c->next;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&remote_lock);
+	while (c->free_ios) {
+		struct remote_io *io = c->free_ios;
+
+		c->free_ios = io->next;
+		free(io);
+	}
+	free(c);
+}
+
+static struct remote_conn *conn_get(struct remote_target *rt, struct ioq *q)
+{
+	struct ioq_slot *s = ioq_slot_find(q, rt);
+	struct remote_conn *c;
+
+	if (likely(s)) {
+		c = container_of(s, struct remote_conn, slot);
+		if (likely(c->rt == rt))
+			return c;
+		/* A target gone and another at its address: start afresh. */
+		ioq_slot_remove(q, s);
+		conn_destroy(s);
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->slot.key = rt;
+	c->slot.destroy = conn_destroy;
+	c->q = q;
+	c->rt = rt;
+	c->poll.fd = -1;
+	c->wait_tail = &c->wait_head;
+	c->state = RC_IDLE;
+	ioq_slot_add(q, &c->slot);
+	pthread_mutex_lock(&remote_lock);
+	c->next = rt->conns;
+	rt->conns = c;
+	pthread_mutex_unlock(&remote_lock);
+	return c;
+}
+
+/* ---- issuing ---- */
+
+#define CB(fn, io) ((nbd_completion_callback){ .callback = (fn), .user_data = (io) })
+
+static void io_cmd_failed(struct remote_io *io)
+{
+	struct nbd_handle *h = io->c->h;
+
+	/*
+	 * A handle found dead only now (its thread had not reaped the
+	 * news): the connection's failure, logged once, not this bio's.
+	 */
+	if (nbd_aio_is_dead(h) || nbd_aio_is_closed(h)) {
+		if (!io->err)
+			io->err = -EIO;
+		io->quiet = true;
+	} else if (!io->err) {
+		io->err = remote_cmd_err(nbd_get_errno());
+	}
+	io->pending--;
+}
+
+/* Reads and writes: one command per segment piece of at most cmd_max. */
+static void issue_rw(struct remote_conn *c, struct remote_io *io,
+		     bool write, uint32_t flags)
+{
+	struct bio *bio = io->bio;
+	uint64_t off = bio_offset_bytes(bio);
+	uint32_t max = c->rt->cmd_max;
+	struct bvec_iter iter;
+	struct bio_vec bv;
+
+	bio_for_each_segment(bv, bio, iter) {
+		char *buf = bvec_virt(&bv);
+
+		for (uint32_t done = 0; done < bv.bv_len && !io->err;) {
+			uint32_t n = bv.bv_len - done < max ? bv.bv_len - done :
+							      max;
+			int64_t r;
+
+			io->pending++;
+			r = write ? nbd_aio_pwrite(c->h, buf + done, n, off,
+						   CB(io_cmd_cb, io), flags) :
+				    nbd_aio_pread(c->h, buf + done, n, off,
+						  CB(io_cmd_cb, io), 0);
+			if (r == -1)
+				io_cmd_failed(io);
+			done += n;
+			off += n;
+		}
+		if (io->err)
+			break;
+	}
+}
+
+/* Trim or zero: ranges of at most REMOTE_RANGE_MAX. */
+static void issue_range(struct remote_conn *c, struct remote_io *io,
+			bool zero, uint32_t flags)
+{
+	struct bio *bio = io->bio;
+	uint64_t off = bio_offset_bytes(bio), left = bio->bi_iter.bi_size;
+
+	while (left && !io->err) {
+		uint64_t n = left < REMOTE_RANGE_MAX ? left : REMOTE_RANGE_MAX;
+		int64_t r;
+
+		io->pending++;
+		r = zero ? nbd_aio_zero(c->h, n, off, CB(io_cmd_cb, io), flags) :
+			   nbd_aio_trim(c->h, n, off, CB(io_cmd_cb, io), flags);
+		if (r == -1)
+			io_cmd_failed(io);
+		off += n;
+		left -= n;
+	}
+}
+
+/* Zeroes for a remote that cannot write them itself: written out. */
+static void issue_zero_writes(struct remote_conn *c, struct remote_io *io,
+			      uint32_t flags)
+{
+	struct bio *bio = io->bio;
+	uint64_t off = bio_offset_bytes(bio), left = bio->bi_iter.bi_size;
+	const void *zeros = zero_buf();
+
+	if (!zeros) {
+		io->err = -ENOMEM;
+		return;
+	}
+	while (left && !io->err) {
+		uint64_t n = left < ZERO_BUF_BYTES ? left : ZERO_BUF_BYTES;
+
+		io->pending++;
+		if (nbd_aio_pwrite(c->h, zeros, n, off, CB(io_cmd_cb, io),
+				   flags) == -1)
+			io_cmd_failed(io);
+		off += n;
+		left -= n;
+	}
+}
+
+static void conn_issue(struct remote_conn *c, struct bio *bio)
+{
+	const struct remote_info *in = &c->rt->info;
+	bool fua = bio->bi_opf & REQ_FUA;
+	struct remote_io *io = io_get(c);
+	uint32_t flags;
+
+	if (!io) {
+		ioq_defer_end(c->q, bio, -ENOMEM);
+		return;
+	}
+	io->bio = bio;
+	io->pending = 1; /* ours, while issuing */
+	c->q->inflight++;
+	io->t0 = engine_now_ns();
+	io->prev = c->tail;
+	if (c->tail)
+		c->tail->next = io;
+	else
+		c->head = io;
+	c->tail = io;
+	flags = fua && in->fua ? LIBNBD_CMD_FLAG_FUA : 0;
+	io->then_flush = fua && !in->fua && in->flush;
+
+	switch (bio_op(bio)) {
+	case REQ_OP_READ:
+		issue_rw(c, io, false, 0);
+		break;
+	case REQ_OP_WRITE:
+		issue_rw(c, io, true, flags);
+		break;
+	case REQ_OP_FLUSH:
+		io->pending++;
+		if (nbd_aio_flush(c->h, CB(io_cmd_cb, io), 0) == -1)
+			io_cmd_failed(io);
+		break;
+	case REQ_OP_DISCARD:
+		issue_range(c, io, false, flags);
+		break;
+	case REQ_OP_WRITE_ZEROES:
+		if (bio->bi_opf & REQ_NOFALLBACK)
+			flags |= LIBNBD_CMD_FLAG_FAST_ZERO;
+		if (bio->bi_opf & REQ_NOUNMAP)
+			flags |= LIBNBD_CMD_FLAG_NO_HOLE;
+		if (in->zero)
+			issue_range(c, io, true, flags);
+		else
+			issue_zero_writes(c, io, flags & LIBNBD_CMD_FLAG_FUA);
+		break;
+	case REQ_OP_CACHE:
+		io->pending++;
+		if (nbd_aio_cache(c->h, bio->bi_iter.bi_size,
+				  bio_offset_bytes(bio), CB(io_cmd_cb, io),
+				  0) == -1)
+			io_cmd_failed(io);
+		break;
+	case REQ_OP_EXTENTS:
+		io->ext_start = io->ext_end = bio_offset_bytes(bio);
+		io->pending++;
+		if (nbd_aio_block_status(
+			    c->h, bio->bi_iter.bi_size, bio_offset_bytes(bio),
+			    (nbd_extent_callback){ .callback = io_extent_cb,
+						   .user_data = io },
+			    CB(io_extents_done_cb, io), 0) == -1)
+			io_cmd_failed(io);
+		break;
+	default:
+		io->err = -EOPNOTSUPP;
+		break;
+	}
+	if (c->rt->timeout_ms && !c->timer_on && c->head)
+		conn_timer_at(c, c->head->t0 +
+					 (uint64_t)c->rt->timeout_ms * 1000000u);
+	io_put(io);
+	if (unlikely(nbd_aio_is_dead(c->h) || nbd_aio_is_closed(c->h))) {
+		conn_drop(c, "connection lost");
+		return;
+	}
+	conn_run_flushes(c);
+	/* The commands may not all have fit in the socket: watch for room. */
+	conn_rearm(c);
+}
+
+/*
+ * What the remote cannot do and the NBD rules let us answer here: trim and
+ * cache are hints, a flush with no cache to flush has nothing to do, and a
+ * fast zero the remote cannot promise is "not supported".  -1: send it.
+ */
+static int remote_answer_here(const struct remote_target *rt,
+			      const struct bio *bio)
+{
+	const struct remote_info *in = &rt->info;
+
+	switch (bio_op(bio)) {
+	case REQ_OP_DISCARD:
+		return in->trim ? -1 : 0;
+	case REQ_OP_CACHE:
+		return in->cache ? -1 : 0;
+	case REQ_OP_FLUSH:
+		return in->flush ? -1 : 0;
+	case REQ_OP_WRITE_ZEROES:
+		return (bio->bi_opf & REQ_NOFALLBACK) && !in->fast_zero ?
+			       -EOPNOTSUPP :
+			       -1;
+	case REQ_OP_EXTENTS:
+		if (in->extents)
+			return -1;
+		return bio_extents_add(bio->bi_ext, bio->bi_iter.bi_done,
+				       bio->bi_iter.bi_size, 0);
+	default:
+		return -1;
+	}
+}
+
+/*
+ * An idle connection's thread may not have reaped for a long time (an
+ * nbdkit thread waits for its client, not in its ring): the remote may
+ * have closed it meanwhile, or restarted.  Rather than fail the next bio
+ * on a dead socket, look first (MSG_PEEK), once the connection has been
+ * idle for a while: a restarted remote is reconnected to with no error.
+ */
+#define REMOTE_IDLE_CHECK_NS 200000000ull /* 0.2 s */
+
+static bool conn_idle_dead(struct remote_conn *c)
+{
+	char byte;
+	ssize_t n;
+
+	if (engine_now_ns() - c->idle_ns < REMOTE_IDLE_CHECK_NS)
+		return false;
+	n = recv(c->poll.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+			  errno != EINTR);
+}
+
+static void remote_submit(struct target *t, struct bio *bio)
+{
+	struct remote_target *rt = to_rt(t);
+	struct ioq *q = ioq_current();
+	struct remote_conn *c;
+	int r;
+
+	member_acct_start(t, rt->stats, bio);
+	if (unlikely(!q)) {
+		bio_io_error(bio, -ENXIO);
+		return;
+	}
+	if (unlikely(rt->info.readonly && bio_op(bio) != REQ_OP_READ &&
+		     bio_op(bio) != REQ_OP_FLUSH &&
+		     bio_op(bio) != REQ_OP_CACHE &&
+		     bio_op(bio) != REQ_OP_EXTENTS)) {
+		ioq_defer_end(q, bio, -EPERM);
+		return;
+	}
+	r = remote_answer_here(rt, bio);
+	if (r != -1) {
+		ioq_defer_end(q, bio, r);
+		return;
+	}
+	c = conn_get(rt, q);
+	if (unlikely(!c)) {
+		ioq_defer_end(q, bio, -ENOMEM);
+		return;
+	}
+	if (likely(c->state == RC_READY)) {
+		if (likely(c->head) || !conn_idle_dead(c)) {
+			conn_issue(c, bio);
+			return;
+		}
+		conn_close(c); /* a new one, quietly: see conn_idle_dead */
+		c->state = RC_IDLE;
+	}
+	if (c->state == RC_BACKOFF) {
+		if (engine_now_ns() < c->deadline_ns) {
+			ioq_defer_end(q, bio, -EIO);
+			return;
+		}
+		c->state = RC_IDLE;
+	}
+	/* Wait for the connection (counted in flight: ioq_wait waits). */
+	bio->bi_next = NULL;
+	*c->wait_tail = bio;
+	c->wait_tail = &bio->bi_next;
+	q->inflight++;
+	if (c->state == RC_IDLE)
+		conn_connect(c);
+}
+
+static void remote_destroy(struct target *t)
+{
+	struct remote_target *rt = to_rt(t);
+
+	/*
+	 * Connections live with their threads' queues; those still alive
+	 * forget the target and close when their queue goes.
+	 */
+	pthread_mutex_lock(&remote_lock);
+	for (struct remote_conn *c = rt->conns; c; c = c->next)
+		c->rt = NULL;
+	rt->conns = NULL;
+	pthread_mutex_unlock(&remote_lock);
+	io_stats_destroy(rt->stats);
+	free(rt->uri);
+	free(rt->t.name);
+	free(rt);
+}
+
+static const struct target_ops remote_target_ops = {
+	.submit = remote_submit,
+	.destroy = remote_destroy,
+};
+
+struct io_stats *remote_target_stats(struct target *t)
+{
+	return t->ops == &remote_target_ops ? to_rt(t)->stats : NULL;
+}
+
+int remote_target_open(struct target **out, const char *uri,
+		       const struct remote_opts *opts, char *errbuf,
+		       size_t errlen)
+{
+	struct remote_opts none = { 0 };
+	struct remote_target *rt;
+	int r;
+
+	if (!opts)
+		opts = &none;
+	rt = calloc(1, sizeof(*rt));
+	if (!rt)
+		return verr(errbuf, errlen, -ENOMEM, "out of memory");
+	rt->timeout_ms = opts->timeout_ms ? opts->timeout_ms :
+					    REMOTE_TIMEOUT_MS_DEFAULT;
+	r = remote_probe(uri, rt->timeout_ms, &rt->info, errbuf, errlen);
+	if (r)
+		goto err;
+	if (rt->info.readonly && !opts->readonly)
+		target_notice(TARGET_NOTICE_INFO,
+			      "member %s: the remote export is read-only, and so is the volume",
+			      uri);
+	rt->uri = strdup(uri);
+	rt->t.name = strdup(uri);
+	if (!rt->uri || !rt->t.name) {
+		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
+		goto err;
+	}
+	rt->t.ops = &remote_target_ops;
+	rt->t.size_bytes = rt->info.size_bytes;
+	rt->t.single_conn = !rt->info.multi_conn;
+	rt->t.readonly = rt->info.readonly;
+	rt->cmd_max = rt->info.max_bytes;
+	if (opts->readonly)
+		rt->info.readonly = true;
+	if (opts->stats_parent)
+		rt->stats = io_stats_create(uri, opts->stats_parent);
+	if (opts->trace_parent)
+		rt->t.trace_id = trace_obj_add(TRACE_OBJ_MEMBER,
+					       opts->trace_parent, uri);
+	*out = &rt->t;
+	return 0;
+err:
+	free(rt->uri);
+	free(rt->t.name);
+	free(rt);
+	return r;
+}

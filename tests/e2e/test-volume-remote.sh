@@ -1,0 +1,358 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Description: remote members (docs/remote.md): a volume striped over other
+# servers' NBD exports, given as nbd+unix:// URIs.
+#  - Over 4 `nbdkit memory` servers, on both backends: random writes of
+#    many sizes read back equal, and every chunk is where the layout rule
+#    puts it on the remote exports (read there directly); zero, trim,
+#    flush, cache, FUA and block status pass through; qemu-img writes an
+#    image and compares it, nbdcopy copies it back; fio verify over 4
+#    connections (4K to 1M).
+#  - Over 4 bionbd servers, and over a mix of local files and remotes: the
+#    same layout check.
+#  - What a remote lacks degrades honestly: no multi-conn -> the volume
+#    does not advertise it; no FUA -> a write with FUA reaches the remote
+#    as a write and a flush (its log shows it); no write-zeroes -> zeroes
+#    still read back as zeros, a fast zero is refused (ENOTSUP).
+#  - Faults: a remote killed while fio runs fails its requests with EIO
+#    (fio finishes, no hang), the log says so once, another export keeps
+#    working, and once the remote is back the volume serves again; a
+#    remote that stops answering fails requests with EIO after the
+#    timeout; a remote that never answers at start, one too small for
+#    the size asked, one that is not there, one given twice, a mirror of
+#    remotes: one-line refusals.  A read-only remote makes the volume
+#    read-only (reads work, writes get EPERM).
+source "$(dirname "$0")/functions.sh"
+
+requires_server
+requires_nbdpy
+requires nbdkit
+requires_fio_nbd
+requires qemu-img
+requires nbdcopy
+make_tmpdir
+cd "$tmp"
+
+declare -A RPID
+
+# start_remote NAME NBDKIT-ARGS...: nbdkit serving on $tmp/r-NAME.sock.
+start_remote() {
+    local name=$1 n
+    shift
+    rm -f "r-$name.sock"
+    start_bg nbdkit -f --exit-with-parent -U "$tmp/r-$name.sock" "$@" \
+        </dev/null >"r-$name.log" 2>&1
+    RPID[$name]=$BG_PID
+    for ((n = 0; n < 200; n++)); do
+        [[ -S r-$name.sock ]] && return 0
+        sleep 0.05
+    done
+    die "remote $name did not start"
+}
+
+stop_remote() {
+    kill "${RPID[$1]}" 2>/dev/null || :
+    wait_gone "${RPID[$1]}" 10 || die "remote $1 still running"
+    rm -f "r-$1.sock"
+}
+
+ruri() { echo "nbd+unix:///?socket=$tmp/r-$1.sock"; }
+
+# check_layout MEMBER-URI-OR-FILE...: random writes through the volume
+# read back equal, and each chunk (64K) lies on the member and offset the
+# layout rule names, read there directly.
+check_layout() {
+    NBD_URI=$NBD_URI nbdpy - "$@" <<'PY' || die "layout over $*"
+import os, random, sys, nbd
+from nbd_e2e import connect
+
+C = 64 << 10
+members = sys.argv[1:]
+n = len(members)
+h = connect()
+size = h.get_size()
+rng = random.Random(7)
+shadow = {}
+for _ in range(60):
+    length = rng.choice([512, 4096, 60 << 10, 64 << 10, 200 << 10, 1 << 20])
+    off = rng.randrange(0, (size - length) // 512) * 512
+    data = os.urandom(length)
+    h.pwrite(data, off)
+    if h.pread(length, off) != data:
+        sys.exit(f"read back differs at {off}+{length}")
+    for i in range(0, length, 512):
+        shadow[off + i] = data[i:i + 512]
+h.flush()
+
+def member_read(i, moff, length):
+    m = members[i]
+    if m.startswith("nbd"):
+        c = nbd.NBD()
+        c.connect_uri(m)
+        try:
+            return c.pread(length, moff)
+        finally:
+            c.shutdown()
+    with open(m, "rb") as f:
+        f.seek(moff)
+        return f.read(length).ljust(length, b"\0")
+
+checked = 0
+for off in sorted(shadow)[::7]:
+    k = off // C
+    moff = (k // n) * C + off % C
+    if member_read(k % n, moff, 512) != shadow[off]:
+        sys.exit(f"volume byte {off}: not at member {k % n} offset {moff}")
+    checked += 1
+print(f"layout: {checked} sectors where the rule puts them", file=sys.stderr)
+PY
+}
+
+# --- 4 nbdkit memory servers, both backends ---------------------------------
+for r in 0 1 2 3; do start_remote "$r" memory 32M; done
+uris=("$(ruri 0)" "$(ruri 1)" "$(ruri 2)" "$(ruri 3)")
+for be in io_uring threads; do
+    log "4 nbdkit-memory remotes, backend $be"
+    start_server --backend "$be" --stripe-size 64K "${uris[@]}"
+    [[ $(nbdinfo --size "$NBD_URI") -eq $((128 << 20)) ]] ||
+        die "size: expected 4 x 32M"
+    check_layout "${uris[@]}"
+    NBD_URI=$NBD_URI nbdpy - <<'PY' || die "ops through remotes ($be)"
+import nbd
+from nbd_e2e import connect
+h = connect()
+h.pwrite(b"\xaa" * (256 << 10), 1 << 20)
+h.zero(128 << 10, (1 << 20) + (64 << 10))
+assert h.pread(256 << 10, 1 << 20) == b"\xaa" * (64 << 10) + bytes(128 << 10) + b"\xaa" * (64 << 10)
+h.pwrite(b"f" * 4096, 8 << 20, nbd.CMD_FLAG_FUA)
+assert h.pread(4096, 8 << 20) == b"f" * 4096
+h.trim(4 << 20, 16 << 20)
+assert h.pread(4 << 20, 16 << 20) == bytes(4 << 20)
+h.cache(1 << 20, 0)
+h.flush()
+# nbdkit memory reports trimmed ranges as holes: so must the volume.
+seen = []
+h.block_status(4 << 20, 16 << 20,
+               lambda ctx, off, ents, err: seen.extend(ents))
+assert seen and seen[1] & 1, f"trimmed range not a hole: {seen[:4]}"
+assert h.can_multi_conn(), "nbdkit memory has multi-conn: so has the volume"
+PY
+    stop_server
+done
+
+# qemu-img, nbdcopy and fio verify (io_uring).
+start_server --stripe-size 64K "${uris[@]}"
+# The whole volume: its zero part goes down as write-zeroes.
+truncate -s 128M img.raw
+head -c 24M /dev/urandom | dd of=img.raw conv=notrunc status=none
+qemu-img convert -n -f raw -O raw img.raw "$NBD_URI" || die "qemu-img convert"
+qemu-img compare -f raw -F raw img.raw "$NBD_URI" >/dev/null ||
+    die "qemu-img compare: the volume differs from the image"
+nbdcopy "$NBD_URI" back.raw || die "nbdcopy from the volume"
+cmp img.raw back.raw || die "nbdcopy: differs from the image"
+fio --name=v --ioengine=nbd --uri="$NBD_URI" --rw=randwrite \
+    --bssplit=4k/40:64k/30:1m/30 --iodepth=8 --numjobs=4 --size=24M \
+    --offset_increment=28M --verify=crc32c --verify_fatal=1 \
+    --output-format=json --output=fio.json >/dev/null 2>&1 ||
+    die "fio verify over 4 connections"
+py -c 'import json,sys
+j=json.load(open("fio.json"))
+e=sum(x["error"] for x in j["jobs"]); w=sum(x["write"]["io_bytes"] for x in j["jobs"])
+sys.exit(e != 0 or w < 4 * (24 << 20))' || die "fio: errors, or not all written"
+stop_server
+
+# --- 4 bionbd servers; a mix of files and remotes ---------------------------
+bmembers=()
+for r in 0 1 2 3; do
+    truncate -s 16M "b$r.img"
+    rm -f "rb$r.sock"
+    start_bg "$BIONBD" -f -U "$tmp/rb$r.sock" "$tmp/b$r.img" </dev/null \
+        >"rb$r.log" 2>&1
+    for ((n = 0; n < 200; n++)); do [[ -S rb$r.sock ]] && break; sleep 0.05; done
+    bmembers+=("nbd+unix:///?socket=$tmp/rb$r.sock")
+done
+log "4 bionbd remotes"
+start_server --stripe-size 64K "${bmembers[@]}"
+check_layout "${bmembers[@]}"
+stop_server
+log "2 files and 2 remotes"
+truncate -s 32M f0.img f2.img
+mix=("$tmp/f0.img" "$(ruri 1)" "$tmp/f2.img" "$(ruri 3)")
+start_server --stripe-size 64K "${mix[@]}"
+check_layout "${mix[@]}"
+stop_server
+
+# --- what a remote lacks ------------------------------------------------------
+start_remote nomc --filter=multi-conn memory 32M multi-conn-mode=disable
+start_remote nofua --filter=log --filter=fua memory 32M \
+    logfile="$tmp/nofua.log"
+start_remote nozero --filter=nozero memory 32M
+start_server --stripe-size 64K "$(ruri nomc)" "$(ruri nofua)" "$(ruri nozero)"
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "degraded flags"
+import nbd
+from nbd_e2e import connect
+h = connect()
+assert not h.can_multi_conn(), "a member without multi-conn: the volume must not promise it"
+# chunk 1 is on the member without FUA: a FUA write becomes write + flush
+h.pwrite(b"u" * 4096, 64 << 10, nbd.CMD_FLAG_FUA)
+# chunk 2 is on the member without write-zeroes
+h.pwrite(b"z" * (64 << 10), 128 << 10)
+h.zero(64 << 10, 128 << 10)
+assert h.pread(64 << 10, 128 << 10) == bytes(64 << 10)
+h.pwrite(b"z" * (64 << 10), 128 << 10)
+try:
+    h.zero(64 << 10, 128 << 10, nbd.CMD_FLAG_FAST_ZERO)
+    raise SystemExit("a fast zero the member cannot do succeeded")
+except nbd.Error as e:
+    assert e.errno == "ENOTSUP", e
+assert h.pread(64 << 10, 128 << 10) == b"z" * (64 << 10), "a refused fast zero changed data"
+PY
+stop_server
+# The log filter: the FUA write arrived without FUA, and a flush after it.
+py - "$tmp/nofua.log" <<'PY' || die "FUA emulation on the remote"
+import re, sys
+lines = [l for l in open(sys.argv[1]) if "...." in l or "Write" in l or "Flush" in l]
+w = [i for i, l in enumerate(lines) if re.search(r"Write id=\d+ offset=0x0 count=0x1000 fua=0", l)]
+f = [i for i, l in enumerate(lines) if "Flush" in l and "...." not in l]
+if not w or not [i for i in f if i > w[0]]:
+    sys.exit("no write without FUA followed by a flush:\n" + "".join(lines[:20]))
+PY
+stop_remote nomc
+stop_remote nofua
+stop_remote nozero
+
+# --- faults ---------------------------------------------------------------------
+cat >two.conf <<EOF
+[export remote]
+file = $(ruri 0)
+file = $(ruri 1)
+file = $(ruri 2)
+file = $(ruri 3)
+timeout = 2
+
+[export local]
+file = $tmp/f0.img
+file = $tmp/f2.img
+EOF
+log "a remote killed under fio"
+# -v: the plugin logs "connected again" (info) as a debug line.
+start_server -v --conf two.conf
+fio --name=v --ioengine=nbd --uri="$(nbd_uri remote)" --rw=randrw \
+    --bs=64k --iodepth=8 --size=100M --time_based --runtime=4 \
+    --continue_on_error=all --output-format=json --output=kill.json \
+    >/dev/null 2>&1 &
+fio_pid=$!
+sleep 1.2
+stop_remote 2
+# Meanwhile another export of the same server is untouched.
+NBD_URI=$(nbd_uri local) nbdpy - <<'PY' || die "the local export during the outage"
+from nbd_e2e import connect
+h = connect()
+h.pwrite(b"L" * 65536, 0)
+assert h.pread(65536, 0) == b"L" * 65536
+PY
+sleep 1
+start_remote 2 memory 32M
+# fio must end by itself (runtime 4 s); a hang is a failure.
+for ((n = 0; n < 200; n++)); do kill -0 $fio_pid 2>/dev/null || break; sleep 0.1; done
+kill -0 $fio_pid 2>/dev/null && die "fio still running 20 s after the remote died"
+wait $fio_pid || :
+py - <<'PY' || die "fio during the outage"
+import json, sys
+j = json.load(open("kill.json"))["jobs"][0]
+err, first = j["total_err"], j.get("first_error", 0)
+done = j["read"]["total_ios"] + j["write"]["total_ios"]
+print(f"fio: {done} requests, {err} errors (first errno {first})", file=sys.stderr)
+if not err or first != 5 or done <= err:
+    sys.exit("expected EIO errors and successes both")
+PY
+NBD_URI=$(nbd_uri remote) nbdpy - <<'PY' || die "after the remote came back"
+from nbd_e2e import connect
+h = connect()
+for off in range(0, 8 << 20, 64 << 10):   # every member, member 2 too
+    h.pwrite(b"B" * 4096, off)
+    assert h.pread(4096, off) == b"B" * 4096
+PY
+lost=$(grep -c "r-2.sock: connection lost" "$SERVER_LOG" || :)
+[[ $lost -eq 1 ]] || die "expected one 'connection lost' line for the member, got $lost"
+expect_grep "r-2.sock: connected again" "$SERVER_LOG"
+
+# A remote that stops answering: EIO after the timeout (2 s), then back.
+log "a remote that stops answering"
+NBD_URI=$(nbd_uri remote) nbdpy - <<'PY' || die "before the stall"
+from nbd_e2e import connect
+connect().pread(1 << 20, 0)
+PY
+kill -STOP "${RPID[1]}"
+NBD_URI=$(nbd_uri remote) nbdpy - <<'PY' || die "a stalled remote"
+import time, nbd
+from nbd_e2e import connect
+h = connect()
+t = time.monotonic()
+try:
+    h.pread(1 << 20, 0)
+    raise SystemExit("a read from a stalled member succeeded")
+except nbd.Error as e:
+    assert e.errno == "EIO", e
+took = time.monotonic() - t
+assert 1.5 < took < 10, f"failed after {took:.1f} s, timeout is 2 s"
+PY
+kill -CONT "${RPID[1]}"
+# nbdkit itself once aborted after the stop (its log goes to the test's
+# output): what is tested here is bionbd's recovery, so start it again.
+if wait_gone "${RPID[1]}" 1; then
+    sed 's/^/    /' r-1.log >&2
+    log "the stopped nbdkit died; starting it again"
+    start_remote 1 memory 32M
+fi
+expect_grep "r-1.sock: .*no .*within 2000 ms" "$SERVER_LOG"
+NBD_URI=$(nbd_uri remote) nbdpy - <<'PY' || die "after the stall"
+import time, nbd
+from nbd_e2e import connect
+h = connect()
+for i in range(50):   # past the backoff
+    try:
+        h.pread(1 << 20, 0)
+        break
+    except nbd.Error:
+        time.sleep(0.2)
+else:
+    raise SystemExit("the member did not come back")
+PY
+stop_server
+
+# --- refusals -------------------------------------------------------------------
+log "refusals"
+py -c 'import socket, time, sys
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(8); time.sleep(30)' \
+    "$tmp/mute.sock" &
+mute_pid=$!
+on_exit "kill $mute_pid 2>/dev/null || :"
+for ((n = 0; n < 100; n++)); do [[ -S mute.sock ]] && break; sleep 0.05; done
+server_refuses_once --timeout 0.5 "$(ruri 0)" "nbd+unix:///?socket=$tmp/mute.sock"
+expect_grep "mute.sock: no answer within 500 ms" "$SERVER_ERR"
+server_refuses_once --size 1G "$(ruri 0)" "$(ruri 1)"
+expect_grep "r-0.sock: 33554432 bytes, size 1073741824 needs" "$SERVER_ERR"
+server_refuses_once "$(ruri 0)" "nbd+unix:///?socket=$tmp/absent.sock"
+expect_grep "absent.sock" "$SERVER_ERR"
+server_refuses_once "$(ruri 0)" "$(ruri 0)"
+expect_grep "listed twice" "$SERVER_ERR"
+# A read-only remote makes the volume read-only: reads work, writes EPERM.
+start_remote ro -r memory 32M
+start_server "$(ruri 0)" "$(ruri ro)"
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "a volume over a read-only remote"
+import nbd
+from nbd_e2e import connect
+h = connect()
+assert h.is_read_only(), "a read-only member: the volume must say read-only"
+h.pread(1 << 20, 0)
+try:
+    h.pwrite(b"x" * 4096, 65536)
+    raise SystemExit("a write to a read-only volume succeeded")
+except nbd.Error as e:
+    assert e.errno == "EPERM", e
+PY
+stop_server
+server_refuses_once --level raid1 --size 16M "$(ruri 0)" "$(ruri 1)"
+expect_grep "a remote member serves only a raid0 volume" "$SERVER_ERR"
+log "ok"

@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Description: sockets watched by an ioq (struct ioq_poll, engine-internal:
+ * what a remote member's connection rides on), on each backend (io_uring,
+ * threads; a backend the machine lacks is skipped with a note):
+ *
+ *  - nothing ready: a reap runs no callback;
+ *  - data on the socket: the next reap runs the callback once, with
+ *    POLLIN, on this thread; one-shot: without ioq_poll_set again, more
+ *    data runs nothing, and after it the pending data is reported at once;
+ *  - the event fd becomes readable for it (a loop blocked on it wakes);
+ *  - POLLOUT on a socket with room is reported, and only when asked for;
+ *  - ioq_poll_del, then the same poll on another socket (a reconnect):
+ *    data on the old socket never reaches the callback, data on the new
+ *    one does;
+ *  - the peer closing the socket is reported (POLLIN or POLLERR: the owner
+ *    reads and sees the end).
+ */
+#define BIONBD_INTERNAL 1
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "../../engine/internal.h"
+#include "unit.h"
+
+static unsigned int calls, last_events;
+
+static void poll_cb(struct ioq_poll *p, unsigned int revents)
+{
+	(void)p;
+	calls++;
+	last_events = revents;
+}
+
+static bool fd_readable(int fd)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	return poll(&pfd, 1, 200) == 1;
+}
+
+/* Reap until the callback ran or a second has passed. */
+static void reap_until_called(struct ioq *q, unsigned int want)
+{
+	for (int i = 0; i < 100 && calls < want; i++) {
+		ioq_flush(q);
+		ioq_reap(q);
+		if (calls < want)
+			usleep(10000);
+	}
+}
+
+static void settle(struct ioq *q)
+{
+	for (int i = 0; i < 5; i++) {
+		ioq_flush(q);
+		ioq_reap(q);
+		usleep(5000);
+	}
+}
+
+static void run(enum ioq_backend be)
+{
+	struct ioq_poll p = { .fd = -1, .fn = poll_cb };
+	int a[2], b[2], efd;
+	struct ioq *q;
+	char buf[64];
+	int r;
+
+	r = ioq_create(&q, be, 0);
+	if (r == -ENOSYS || r == -EPERM) {
+		printf("ioq-poll: %s not available, skipped\n",
+		       ioq_backend_name(be));
+		return;
+	}
+	CHECK_EQ(r, 0);
+	ioq_set_current(q);
+	efd = ioq_event_fd(q);
+	CHECK(efd >= 0);
+	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, a), 0);
+	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, b), 0);
+	calls = 0;
+
+	/* Nothing ready. */
+	p.fd = a[0];
+	p.events = POLLIN;
+	CHECK_EQ(ioq_poll_set(q, &p), 0);
+	settle(q);
+	CHECK_EQ(calls, 0);
+
+	/* Data: one call, POLLIN; the event fd woke for it. */
+	CHECK_EQ(write(a[1], "x", 1), 1);
+	ioq_flush(q);
+	CHECK(fd_readable(efd));
+	reap_until_called(q, 1);
+	CHECK_EQ(calls, 1);
+	CHECK(last_events & POLLIN);
+
+	/* One-shot: more data, no call until asked again. */
+	CHECK_EQ(write(a[1], "y", 1), 1);
+	settle(q);
+	CHECK_EQ(calls, 1);
+	CHECK_EQ(ioq_poll_set(q, &p), 0);
+	reap_until_called(q, 2);
+	CHECK_EQ(calls, 2);
+	CHECK_EQ(read(a[0], buf, sizeof(buf)), 2);
+
+	/* POLLOUT only when asked: a socket with room is writable. */
+	p.events = POLLIN | POLLOUT;
+	CHECK_EQ(ioq_poll_set(q, &p), 0);
+	reap_until_called(q, 3);
+	CHECK_EQ(calls, 3);
+	CHECK(last_events & POLLOUT);
+	CHECK(!(last_events & POLLIN));
+
+	/*
+	 * A reconnect: off the old socket, onto a new one.  (POLLIN may
+	 * still be armed on the old one from the last call: io_uring arms
+	 * directions apart.)
+	 */
+	ioq_poll_del(q, &p);
+	p.fd = b[0];
+	p.events = POLLIN;
+	CHECK_EQ(ioq_poll_set(q, &p), 0);
+	CHECK_EQ(write(a[1], "old", 3), 3);
+	settle(q);
+	CHECK_EQ(calls, 3);
+	CHECK_EQ(write(b[1], "new", 3), 3);
+	reap_until_called(q, 4);
+	CHECK_EQ(calls, 4);
+	CHECK(last_events & POLLIN);
+	CHECK_EQ(read(b[0], buf, sizeof(buf)), 3);
+
+	/* The peer goes away: reported, so the owner reads the end. */
+	CHECK_EQ(ioq_poll_set(q, &p), 0);
+	close(b[1]);
+	reap_until_called(q, 5);
+	CHECK_EQ(calls, 5);
+	CHECK(last_events & (POLLIN | POLLERR | POLLHUP));
+	CHECK_EQ(read(b[0], buf, sizeof(buf)), 0);
+
+	ioq_poll_del(q, &p);
+	settle(q);
+	CHECK_EQ(calls, 5);
+	close(a[0]);
+	close(a[1]);
+	close(b[0]);
+	ioq_set_current(NULL);
+	ioq_destroy(q);
+	printf("ioq-poll: %s ok\n", ioq_backend_name(be));
+}
+
+int main(void)
+{
+	run(IOQ_IO_URING);
+	run(IOQ_THREADS);
+	return 0;
+}
