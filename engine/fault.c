@@ -733,8 +733,7 @@ static void fault_submit(struct target *t, struct bio *bio)
 	if (ft->below->ops == &file_target_ops)
 		file_acct_start(to_file_target(ft->below), bio);
 	else
-		member_acct_start(ft->below, remote_target_stats(ft->below),
-				  bio);
+		member_acct_start(ft->below, member_stats(ft->below), bio);
 	for (unsigned int i = 0; i < set->nr; i++) {
 		struct fault_rule *r = &set->rules[i];
 
@@ -807,9 +806,15 @@ static void fault_destroy(struct target *t)
 	free(ft);
 }
 
+static void fault_start(struct target *t)
+{
+	target_start(to_fault(t)->below);
+}
+
 static const struct target_ops fault_target_ops = {
 	.submit = fault_submit,
 	.destroy = fault_destroy,
+	.start = fault_start,
 	.iomap = fault_iomap,
 };
 
@@ -827,6 +832,7 @@ int fault_target_create(struct target **out, struct target *below,
 	ft->t.size_bytes = below->size_bytes;
 	ft->t.trace_id = below->trace_id;
 	ft->t.single_conn = below->single_conn;
+	ft->t.whole_io = below->whole_io;
 	ft->t.readonly = below->readonly;
 	ft->below = below;
 	ft->set = set;

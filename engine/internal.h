@@ -212,8 +212,17 @@ int fault_target_create(struct target **out, struct target *below,
 			struct fault_set *set, unsigned int member,
 			const struct fault_geom *g);
 
-/* remote.c: the counters of remote member @t, NULL for another target. */
+/* remote.c, rbd.c: the counters of such a member @t, NULL for another. */
 struct io_stats *remote_target_stats(struct target *t);
+struct io_stats *rbd_target_stats(struct target *t);
+
+/* The counters of a member that is not a file (NULL if none). */
+static inline struct io_stats *member_stats(struct target *t)
+{
+	struct io_stats *s = remote_target_stats(t);
+
+	return s ? s : rbd_target_stats(t);
+}
 
 /* ---- fileio.c: file I/O shared by the file target and the backends ---- */
 

@@ -1035,6 +1035,7 @@ int remote_target_open(struct target **out, const char *uri,
 	rt->t.ops = &remote_target_ops;
 	rt->t.size_bytes = rt->info.size_bytes;
 	rt->t.single_conn = !rt->info.multi_conn;
+	rt->t.whole_io = true;
 	rt->t.readonly = rt->info.readonly;
 	rt->cmd_max = rt->info.max_bytes;
 	if (opts->readonly)

@@ -163,6 +163,12 @@ static void stripe_submit(struct target *t, struct bio *bio)
 	default:
 		break;
 	}
+	/* One member that wants whole ranges: the layout is the identity. */
+	if (st->g.nr_members == 1 && st->members[0]->whole_io) {
+		bio->bi_iter.bi_sector += st->g.data_offset >> SECTOR_SHIFT;
+		submit_bio(st->members[0], bio);
+		return;
+	}
 	/* Chunks k, k + N ... of this bio are neighbours on member k % N. */
 	blk_start_plug(&plug);
 	for (;;) {
@@ -232,10 +238,20 @@ static int stripe_iomap(struct target *t, uint64_t off, uint64_t len,
 			    flags, m);
 }
 
+/* Members with work of their own once the front end is up (rbd.c). */
+static void stripe_start(struct target *t)
+{
+	struct stripe_target *st = to_stripe(t);
+
+	for (unsigned int i = 0; i < st->g.nr_members; i++)
+		target_start(st->members[i]);
+}
+
 static const struct target_ops stripe_target_ops = {
 	.submit = stripe_submit,
 	.destroy = stripe_destroy,
 	.iomap = stripe_iomap,
+	.start = stripe_start,
 };
 
 /* Members say once whether they ever answer (target_iomap's promise). */

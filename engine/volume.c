@@ -68,7 +68,7 @@ struct member_check {
 	struct member_id id;
 	bool created;
 	bool grown; /* an existing file this call extended */
-	bool remote; /* an NBD URI (remote.c), probed */
+	bool remote; /* an NBD URI (remote.c) or RBD image (rbd.c), probed */
 	uint64_t size_bytes;
 };
 
@@ -299,8 +299,8 @@ static int member_identify(const char *path, struct member_id *id)
 
 	memset(id, 0, sizeof(*id));
 	id->end = UINT64_MAX;
-	/* A remote export is known by its URI: given twice is all we see. */
-	if (remote_uri(path)) {
+	/* A remote member is known by its name: given twice is all we see. */
+	if (member_is_remote(path)) {
 		id->canon = strdup(path);
 		return id->canon ? 0 : -ENOMEM;
 	}
@@ -388,6 +388,12 @@ static int check_member(const struct volume_config *cfg, unsigned int i,
 		m->size_bytes = info.size_bytes;
 		return 0;
 	}
+	if (!r && rbd_member(path)) {
+		r = rbd_probe(path, cfg->remote_timeout_ms, &m->size_bytes,
+			      errbuf, errlen);
+		m->remote = !r;
+		return r;
+	}
 	if (r)
 		return verr(errbuf, errlen, r, "member %s: %s", path,
 			    strerror(-r));
@@ -474,7 +480,7 @@ static void members_free(const struct volume_config *cfg,
 static bool volume_has_remote(const struct volume_config *cfg)
 {
 	for (unsigned int i = 0; i < cfg->nr_members; i++)
-		if (remote_uri(cfg->members[i]))
+		if (member_is_remote(cfg->members[i]))
 			return true;
 	return false;
 }
@@ -605,7 +611,7 @@ static int wants_new_mirror(const struct volume_config *cfg,
 	 */
 	for (unsigned int i = 0; cfg->level_set && cfg->level != SB_LEVEL_RAID0 &&
 				 i < cfg->nr_members; i++)
-		if (remote_uri(cfg->members[i]))
+		if (member_is_remote(cfg->members[i]))
 			return verr(errbuf, errlen, -EINVAL,
 				    "member %s: a remote member serves only a raid0 volume without superblocks",
 				    cfg->members[i]);
@@ -1149,6 +1155,13 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 		if (remote_uri(paths[i])) {
 			r = remote_target_open(&t[i], paths[i], &ropts, errbuf,
 					       errlen);
+			if (r)
+				goto out;
+			continue;
+		}
+		if (rbd_member(paths[i])) {
+			r = rbd_target_open(&t[i], paths[i], &ropts, errbuf,
+					    errlen);
 			if (r)
 				goto out;
 			continue;

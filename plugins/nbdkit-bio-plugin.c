@@ -411,7 +411,7 @@ static int bio_config(const char *key, const char *value)
 		return 0;
 	}
 	if ((!strcmp(key, "file") || !strcmp(key, "spare")) &&
-	    !remote_uri(value)) {
+	    !member_is_remote(value)) {
 		/* nbdkit changes directory when it daemonizes. */
 		path = nbdkit_absolute_path(value);
 		if (!path)

@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(
   # build
   build-essential cmake pkg-config
-  liburing-dev libev-dev libinih-dev libgnutls28-dev
+  liburing-dev libev-dev libinih-dev libgnutls28-dev librbd-dev
   nbdkit nbdkit-plugin-dev libnbd-dev
   # tests: real clients and fault injection
   libnbd-bin python3 python3-libnbd qemu-utils fio fuse3 procps util-linux
@@ -22,6 +22,9 @@ pkgs=(
   clang libclang-rt-dev
   # benchmarks: the peers and the plots
   nbd-server gnuplot-nox
+  # RBD members (tests/e2e/ceph-cluster.sh): a private single-node Ceph
+  # cluster, and qemu-nbd's rbd: driver for the benchmark
+  ceph-mon ceph-mgr ceph-osd ceph-common qemu-block-extra
 )
 
 missing=()

@@ -368,6 +368,25 @@ fresh_members() {
 # py: Debian's python3 (another may come first on PATH).
 py() { /usr/bin/python3 "$@"; }
 
+# fio_outage_ok PID JSON SECONDS: fio (PID, --continue_on_error=all,
+# --output=JSON) ran while a member was lost: it must end by itself within
+# SECONDS (a hang is a failure), with EIO errors and successes both.
+fio_outage_ok() {
+    local pid=$1 json=$2 n
+    for ((n = 0; n < $3 * 10; n++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && die "fio still running $3 s after the member was lost"
+    wait "$pid" || :
+    py - "$json" <<'PY' || die "fio during the outage"
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+err, first = j["total_err"], j.get("first_error", 0)
+done = j["read"]["total_ios"] + j["write"]["total_ios"]
+print(f"fio: {done} requests, {err} errors (first errno {first})", file=sys.stderr)
+if not err or first != 5 or done <= err:
+    sys.exit("expected EIO errors and successes both")
+PY
+}
+
 # requires_fio_nbd: fio with its nbd engine (libnbd), or skip.
 requires_fio_nbd() {
     requires fio

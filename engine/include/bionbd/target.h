@@ -78,6 +78,13 @@ struct target {
 	bool single_conn;
 	/* Writes are refused below (a read-only remote): so is the volume. */
 	bool readonly;
+	/*
+	 * Every bio costs a request to another machine (a remote or RBD
+	 * member) and nothing below merges neighbours, so a range is better
+	 * sent whole than in chunk-sized pieces: a stripe of one such member
+	 * passes its bios through unsplit.  Stacked targets inherit it.
+	 */
+	bool whole_io;
 };
 
 /**
@@ -150,9 +157,9 @@ int target_iomap(struct target *t, uint64_t off, uint64_t len,
 
 /**
  * target_start - start the background work of @t and what is below it (a
- * mirror's rebuild onto spares).  Front ends call it once serving, after
- * any fork: threads do not survive one.  Targets without such work
- * ignore it.
+ * mirror's rebuild onto spares, an RBD member's cluster connection).
+ * Front ends call it once serving, after any fork: threads do not survive
+ * one.  Targets without such work ignore it.
  */
 void target_start(struct target *t);
 
@@ -262,6 +269,39 @@ int remote_probe(const char *uri, unsigned int timeout_ms,
 int remote_target_open(struct target **out, const char *uri,
 		       const struct remote_opts *opts, char *errbuf,
 		       size_t errlen);
+
+/* -------- RBD target (a Ceph RBD image, librbd) -------- */
+
+/* Is @member an RBD image (rbd:POOL/IMAGE...) rather than a path? */
+bool rbd_member(const char *member);
+
+/* A member on another machine: an NBD export or an RBD image. */
+static inline bool member_is_remote(const char *member)
+{
+	return remote_uri(member) || rbd_member(member);
+}
+
+/**
+ * rbd_probe - open the image @member names once and learn its size.
+ * 0 or -errno with a message.
+ */
+int rbd_probe(const char *member, unsigned int timeout_ms, uint64_t *size,
+	      char *errbuf, size_t errlen);
+
+/**
+ * rbd_target_open - a target that is the RBD image @member names:
+ * rbd:POOL[/NAMESPACE]/IMAGE[@SNAP][:conf=PATH][:id=USER][:keyring=PATH]
+ *
+ * conf: a ceph.conf (default: $CEPH_CONF, then /etc/ceph/ceph.conf); id:
+ * the client name without "client." (default admin); keyring: its key
+ * (default: the conf's keyring).  A snapshot is read-only.  Bios complete
+ * on the thread that submitted them; @opts->timeout_ms (0: 30 s) bounds
+ * connecting and every request (EIO after it).  0 or -errno with a
+ * message.
+ */
+int rbd_target_open(struct target **out, const char *member,
+		    const struct remote_opts *opts, char *errbuf,
+		    size_t errlen);
 
 /* -------- stripe target (RAID-0) -------- */
 

@@ -1,0 +1,961 @@
+// SPDX-License-Identifier: MIT
+/*
+ * rbd.c - the RBD target: a member that is a Ceph RBD image, reached with
+ * librbd's asynchronous API.
+ *
+ * One image handle serves every thread (librbd's aio calls are thread
+ * safe, and one handle means one cache, so a flush covers every
+ * connection's writes: the member can multi-conn).  librbd completes
+ * requests on threads of its own; those must not end bios, which belong to
+ * the thread that submitted them.  So each submitting thread has one
+ * "port" (an ioq_slot of its ioq) shared by all RBD members: a completion
+ * callback puts its request on the port's list and pokes the port's
+ * eventfd, an ioq_poll, so the worker's ring (or epoll set) wakes and the
+ * worker ends the bio in its reap, as it would a file member's.
+ *
+ * Cluster handles (rados_t: monitor sessions, messenger threads) are
+ * shared by the members that name the same conf, id and keyring.  They are
+ * made when the member is started (target_start) or first used, never at
+ * open: the front ends open volumes before they daemonize, and librados'
+ * threads would not survive the fork.  Open only probes (connects, reads
+ * the size, disconnects), so that a mistake is still reported at once.
+ * Connecting blocks (librados has no asynchronous connect) for as long as
+ * the cluster takes to answer, so it is a thread of its own, the
+ * connector; bios that arrive meanwhile wait on the target and go back to
+ * their ports, to be issued or failed there, when it is done.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <rados/librados.h>
+#include <rbd/librbd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/*
+ * librbd retries an operation while the OSDs are away; without a limit a
+ * dead cluster hangs its requests for ever.  The default is longer than a
+ * remote NBD member's: a loaded cluster's latency is not a failure.
+ */
+#define RBD_TIMEOUT_MS_DEFAULT 30000u
+/* Segments described on the stack; a bio with more allocates. */
+#define RBD_IOV_INLINE 16
+
+struct rbd_spec {
+	char *pool, *ns, *image, *snap; /* ns, snap: NULL when not given */
+	char *conf, *id, *keyring;	/* NULL: librados' defaults */
+};
+
+/* A cluster connection, shared by the members with the same identity. */
+struct rbd_cluster {
+	struct rbd_cluster *next;
+	char *conf, *id, *keyring;
+	unsigned int timeout_ms;
+	unsigned int refs;
+	rados_t rados;
+};
+
+struct rbd_target {
+	struct target t;
+	struct rbd_cluster *cl;
+	rados_ioctx_t ioctx;
+	/* NULL until connected (see the file comment); set once. */
+	_Atomic(rbd_image_t) image;
+	bool readonly;
+	unsigned int timeout_ms;
+	/* The connector: at most one at a time, under connect_lock. */
+	pthread_mutex_t connect_lock;
+	pthread_t connector;
+	bool connecting, joinable;
+	uint64_t retry_ns; /* after a failure: bios fail at once until then */
+	bool down_logged;
+	struct rbd_io *waiting; /* bios waiting for the connector */
+	/*
+	 * Requests time out (the cluster does not answer): said once for
+	 * all threads, and once when one succeeds again, not per bio.
+	 */
+	atomic_bool stalled;
+	struct io_stats *stats;
+};
+
+/* A member that could not be reached is tried again after this. */
+#define RBD_RETRY_NS 1000000000ull
+
+/* One request out to librbd. */
+struct rbd_io {
+	struct rbd_io *next;
+	struct rbd_port *port;
+	struct rbd_target *rt;
+	struct bio *bio;
+	ssize_t ret; /* librbd's answer: bytes or -errno */
+	bool then_flush; /* FUA: a flush once the write is done */
+	bool issue; /* back from the connector: issue it now (ret 0) */
+	struct iovec *iov; /* iov_inline, or allocated */
+	struct iovec iov_inline[RBD_IOV_INLINE];
+};
+
+/* One submitting thread's end of the completions (see the file comment). */
+struct rbd_port {
+	struct ioq_slot slot; /* key: &rbd_port_key */
+	struct ioq_poll poll; /* the eventfd */
+	struct ioq *q;
+	/*
+	 * Completed requests, newest first.  The lock also covers the
+	 * eventfd write, so that once the port's thread holds it no callback
+	 * is still about to touch the eventfd (see port_destroy).
+	 */
+	pthread_mutex_t lock;
+	struct rbd_io *done;
+	struct rbd_io *free_ios; /* the port thread's alone */
+};
+
+static const char rbd_port_key = 0;
+
+/* Guards rbd_clusters. */
+static pthread_mutex_t rbd_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rbd_cluster *rbd_clusters;
+
+static inline struct rbd_target *to_rbd(struct target *t)
+{
+	return container_of(t, struct rbd_target, t);
+}
+
+bool rbd_member(const char *member)
+{
+	return member && !strncmp(member, "rbd:", 4);
+}
+
+/* ---- the member's name ---- */
+
+static void spec_free(struct rbd_spec *s)
+{
+	free(s->pool); /* the other names point into the same string */
+	free(s->conf);
+	free(s->id);
+	free(s->keyring);
+	memset(s, 0, sizeof(*s));
+}
+
+/*
+ * rbd:POOL[/NAMESPACE]/IMAGE[@SNAP][:conf=PATH][:id=USER][:keyring=PATH]
+ * (qemu's spelling).  Returns 0 or -EINVAL with a message.
+ */
+static int spec_parse(const char *member, struct rbd_spec *s, char *errbuf,
+		      size_t errlen)
+{
+	char *name, *opt, *next, *slash, *at;
+
+	memset(s, 0, sizeof(*s));
+	if (!rbd_member(member))
+		return verr(errbuf, errlen, -EINVAL,
+			    "member %s: not an rbd: member", member);
+	name = strdup(member + 4);
+	if (!name)
+		return verr(errbuf, errlen, -ENOMEM, "out of memory");
+	s->pool = name;
+	opt = strchr(name, ':');
+	if (opt)
+		*opt++ = '\0';
+	for (; opt; opt = next) {
+		char *eq = strchr(opt, '=');
+		char **dst;
+
+		next = strchr(opt, ':');
+		if (next)
+			*next++ = '\0';
+		if (!eq || eq == opt || !eq[1])
+			goto bad_opt;
+		*eq = '\0';
+		if (!strcmp(opt, "conf"))
+			dst = &s->conf;
+		else if (!strcmp(opt, "id"))
+			dst = &s->id;
+		else if (!strcmp(opt, "keyring"))
+			dst = &s->keyring;
+		else
+			dst = NULL;
+		*eq = '=';
+		if (!dst || *dst)
+			goto bad_opt;
+		*dst = strdup(eq + 1);
+		if (!*dst) {
+			spec_free(s);
+			return verr(errbuf, errlen, -ENOMEM, "out of memory");
+		}
+	}
+	at = strchr(name, '@');
+	if (at) {
+		*at = '\0';
+		s->snap = at + 1;
+	}
+	slash = strchr(name, '/');
+	if (!slash)
+		goto bad_name;
+	*slash = '\0';
+	s->image = slash + 1;
+	slash = strchr(s->image, '/');
+	if (slash) {
+		*slash = '\0';
+		s->ns = s->image;
+		s->image = slash + 1;
+		if (!*s->ns)
+			goto bad_name;
+	}
+	if (!*s->pool || !*s->image || strchr(s->image, '/') ||
+	    (s->snap && !*s->snap))
+		goto bad_name;
+	return 0;
+bad_opt:
+	verr(
+	    errbuf, errlen, -EINVAL,
+	    "member %s: unknown or repeated option '%s' (conf=, id=, keyring=)",
+	    member, opt); /* before spec_free: @opt is in its string */
+	spec_free(s);
+	return -EINVAL;
+bad_name:
+	spec_free(s);
+	return verr(errbuf, errlen, -EINVAL,
+		    "member %s: expected "
+		    "rbd:POOL[/NAMESPACE]/"
+		    "IMAGE[@SNAP][:conf=PATH][:id=USER][:keyring=PATH]",
+		    member);
+}
+
+/* ---- cluster connections ---- */
+
+static bool same_str(const char *a, const char *b)
+{
+	return a == b || (a && b && !strcmp(a, b));
+}
+
+static int cluster_set(rados_t r, const char *key, const char *value,
+		       const char *member, char *errbuf, size_t errlen)
+{
+	int e = rados_conf_set(r, key, value);
+
+	return e ? verr(errbuf, errlen, e, "member %s: %s=%s: %s", member, key,
+			value, strerror(-e))
+		 : 0;
+}
+
+static int cluster_connect(struct rbd_cluster *cl, const char *member,
+			   char *errbuf, size_t errlen)
+{
+	char secs[32];
+	int r;
+
+	r = rados_create(&cl->rados, cl->id);
+	if (r)
+		return verr(errbuf, errlen, r, "member %s: %s", member,
+			    strerror(-r));
+	/* NULL: $CEPH_CONF, then /etc/ceph/ceph.conf and the other defaults. */
+	r = rados_conf_read_file(cl->rados, cl->conf);
+	if (r) {
+		verr(errbuf, errlen, r, "member %s: reading %s: %s", member,
+		     cl->conf ? cl->conf : "the Ceph configuration",
+		     strerror(-r));
+		goto err;
+	}
+	/* Ceph takes whole seconds here: rounded up, never 0 (no limit). */
+	snprintf(secs, sizeof(secs), "%u", (cl->timeout_ms + 999) / 1000);
+	if ((r = cluster_set(cl->rados, "client_mount_timeout", secs, member,
+			     errbuf, errlen)) ||
+	    (r = cluster_set(cl->rados, "rados_mon_op_timeout", secs, member,
+			     errbuf, errlen)) ||
+	    (r = cluster_set(cl->rados, "rados_osd_op_timeout", secs, member,
+			     errbuf, errlen)) ||
+	    (cl->keyring && (r = cluster_set(cl->rados, "keyring", cl->keyring,
+					     member, errbuf, errlen))))
+		goto err;
+	r = rados_connect(cl->rados);
+	if (r) {
+		verr(errbuf, errlen, r == -ETIMEDOUT ? -EHOSTUNREACH : r,
+		     "member %s: cannot reach the Ceph cluster: %s", member,
+		     r == -ETIMEDOUT ? "no answer within the timeout"
+				     : strerror(-r));
+		r = r == -ETIMEDOUT ? -EHOSTUNREACH : r;
+		goto err;
+	}
+	return 0;
+err:
+	rados_shutdown(cl->rados);
+	return r;
+}
+
+static int cluster_get(const struct rbd_spec *s, unsigned int timeout_ms,
+		       const char *member, struct rbd_cluster **out,
+		       char *errbuf, size_t errlen)
+{
+	struct rbd_cluster *cl;
+	int r;
+
+	pthread_mutex_lock(&rbd_lock);
+	for (cl = rbd_clusters; cl; cl = cl->next) {
+		if (same_str(cl->conf, s->conf) && same_str(cl->id, s->id) &&
+		    same_str(cl->keyring, s->keyring) &&
+		    cl->timeout_ms == timeout_ms) {
+			cl->refs++;
+			*out = cl;
+			pthread_mutex_unlock(&rbd_lock);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&rbd_lock);
+
+	cl = calloc(1, sizeof(*cl));
+	if (!cl)
+		return verr(errbuf, errlen, -ENOMEM, "out of memory");
+	cl->timeout_ms = timeout_ms;
+	cl->refs = 1;
+	if ((s->conf && !(cl->conf = strdup(s->conf))) ||
+	    (s->id && !(cl->id = strdup(s->id))) ||
+	    (s->keyring && !(cl->keyring = strdup(s->keyring)))) {
+		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
+		goto err;
+	}
+	/* Connected outside the lock: it takes up to the timeout. */
+	r = cluster_connect(cl, member, errbuf, errlen);
+	if (r)
+		goto err;
+	pthread_mutex_lock(&rbd_lock);
+	cl->next = rbd_clusters;
+	rbd_clusters = cl;
+	pthread_mutex_unlock(&rbd_lock);
+	*out = cl;
+	return 0;
+err:
+	free(cl->conf);
+	free(cl->id);
+	free(cl->keyring);
+	free(cl);
+	return r;
+}
+
+static void cluster_put(struct rbd_cluster *cl)
+{
+	pthread_mutex_lock(&rbd_lock);
+	if (--cl->refs) {
+		pthread_mutex_unlock(&rbd_lock);
+		return;
+	}
+	for (struct rbd_cluster **pp = &rbd_clusters; *pp; pp = &(*pp)->next) {
+		if (*pp == cl) {
+			*pp = cl->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&rbd_lock);
+	rados_shutdown(cl->rados);
+	free(cl->conf);
+	free(cl->id);
+	free(cl->keyring);
+	free(cl);
+}
+
+/* ---- ports: completions back to the submitting thread ---- */
+
+/* librbd's errors as the NBD client will see them. */
+static int rbd_errno(ssize_t r)
+{
+	switch (r) {
+	case -ENOSPC:
+	case -EDQUOT:
+		return -ENOSPC;
+	case -EROFS:
+	case -EPERM:
+	case -EACCES:
+		return -EPERM;
+	case -EOPNOTSUPP:
+		return -EOPNOTSUPP;
+	default:
+		return -EIO;
+	}
+}
+
+/* The member's timeouts: one line when they start, one when they end. */
+static bool rbd_note_answer(struct rbd_target *rt, ssize_t ret)
+{
+	if (ret == -ETIMEDOUT) {
+		if (!atomic_exchange(&rt->stalled, true))
+			target_notice(TARGET_NOTICE_ERROR,
+				      "member %s: no answer within %u ms; its "
+				      "requests fail with EIO until it answers",
+				      rt->t.name, rt->timeout_ms);
+		return true;
+	}
+	if (unlikely(
+		atomic_load_explicit(&rt->stalled, memory_order_relaxed)) &&
+	    atomic_exchange(&rt->stalled, false))
+		target_notice(TARGET_NOTICE_INFO, "member %s: answering again",
+			      rt->t.name);
+	return false;
+}
+
+static void io_end(struct rbd_port *p, struct rbd_io *io, int err)
+{
+	struct bio *bio = io->bio;
+
+	if (err && err != -EOPNOTSUPP && !rbd_note_answer(io->rt, io->ret))
+		target_report_error(&io->rt->t, bio, err);
+	if (io->iov != io->iov_inline)
+		free(io->iov);
+	p->q->inflight--;
+	ioq_defer_end(p->q, bio, err);
+	io->next = p->free_ios;
+	p->free_ios = io;
+}
+
+/* Another thread (librbd's, the connector) hands @io back to its port. */
+static void io_to_port(struct rbd_io *io)
+{
+	struct rbd_port *p = io->port;
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&p->lock);
+	io->next = p->done;
+	p->done = io;
+	if (!io->next)
+		(void)!write(p->poll.fd, &one, sizeof(one));
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void io_complete_cb(rbd_completion_t c, void *arg)
+{
+	struct rbd_io *io = arg;
+
+	io->ret = rbd_aio_get_return_value(c);
+	rbd_aio_release(c);
+	io_to_port(io);
+}
+
+static int io_issue(rbd_image_t image, struct rbd_io *io);
+
+static int io_flush(struct rbd_io *io)
+{
+	rbd_completion_t c;
+	int r;
+
+	r = rbd_aio_create_completion(io, io_complete_cb, &c);
+	if (r)
+		return r;
+	r = rbd_aio_flush(
+	    atomic_load_explicit(&io->rt->image, memory_order_acquire), c);
+	if (r)
+		rbd_aio_release(c);
+	return r;
+}
+
+/* The port's thread, in a reap: end what librbd finished. */
+static void port_poll_fn(struct ioq_poll *poll, unsigned int revents)
+{
+	struct rbd_port *p = container_of(poll, struct rbd_port, poll);
+	struct rbd_io *list, *io, *fifo = NULL;
+	uint64_t n;
+
+	(void)revents;
+	(void)!read(p->poll.fd, &n, sizeof(n));
+	pthread_mutex_lock(&p->lock);
+	list = p->done;
+	p->done = NULL;
+	pthread_mutex_unlock(&p->lock);
+	(void)ioq_poll_set(p->q, &p->poll);
+	/* Oldest first, as they completed. */
+	while (list) {
+		io = list;
+		list = io->next;
+		io->next = fifo;
+		fifo = io;
+	}
+	while (fifo) {
+		int r;
+
+		io = fifo;
+		fifo = io->next;
+		if (io->ret < 0) {
+			io_end(p, io, rbd_errno(io->ret));
+			continue;
+		}
+		if (io->issue) {
+			io->issue = false;
+			r = io_issue(atomic_load_explicit(&io->rt->image,
+							  memory_order_acquire),
+				     io);
+			if (r) {
+				io->ret = r;
+				io_end(p, io, rbd_errno(r));
+			}
+			continue;
+		}
+		(void)rbd_note_answer(io->rt, io->ret);
+		if (io->then_flush) {
+			io->then_flush = false;
+			r = io_flush(io);
+			if (r) {
+				io->ret = r;
+				io_end(p, io, rbd_errno(r));
+			}
+			continue;
+		}
+		io_end(p, io, 0);
+	}
+}
+
+static void port_destroy(struct ioq_slot *s)
+{
+	struct rbd_port *p = container_of(s, struct rbd_port, slot);
+
+	/*
+	 * Nothing is in flight (the queue was drained), but the callback
+	 * that handed over the last request may still be on its way out of
+	 * the lock: taking the lock waits for it.
+	 */
+	pthread_mutex_lock(&p->lock);
+	pthread_mutex_unlock(&p->lock);
+	ioq_poll_del(p->q, &p->poll);
+	close(p->poll.fd);
+	pthread_mutex_destroy(&p->lock);
+	while (p->free_ios) {
+		struct rbd_io *io = p->free_ios;
+
+		p->free_ios = io->next;
+		free(io);
+	}
+	free(p);
+}
+
+static struct rbd_port *port_get(struct ioq *q)
+{
+	struct ioq_slot *s = ioq_slot_find(q, &rbd_port_key);
+	struct rbd_port *p;
+
+	if (likely(s))
+		return container_of(s, struct rbd_port, slot);
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->poll.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (p->poll.fd < 0) {
+		free(p);
+		return NULL;
+	}
+	pthread_mutex_init(&p->lock, NULL);
+	p->q = q;
+	p->poll.events = POLLIN;
+	p->poll.fn = port_poll_fn;
+	p->slot.key = &rbd_port_key;
+	p->slot.destroy = port_destroy;
+	if (ioq_poll_set(q, &p->poll)) {
+		close(p->poll.fd);
+		pthread_mutex_destroy(&p->lock);
+		free(p);
+		return NULL;
+	}
+	ioq_slot_add(q, &p->slot);
+	return p;
+}
+
+/* ---- issuing ---- */
+
+static int io_iov(struct rbd_io *io, int *cnt)
+{
+	struct bio *bio = io->bio;
+	struct bvec_iter iter;
+	struct bio_vec bv;
+	unsigned int n = 0;
+
+	/* A split or clone's bi_vcnt says nothing of its own range: count. */
+	bio_for_each_segment(bv, bio, iter) n++;
+	io->iov = io->iov_inline;
+	if (n > RBD_IOV_INLINE) {
+		io->iov = malloc(n * sizeof(*io->iov));
+		if (!io->iov) {
+			io->iov = io->iov_inline;
+			return -ENOMEM;
+		}
+	}
+	*cnt = (int)bio_iter_to_iovec(bio, bio->bi_iter, io->iov, n);
+	return 0;
+}
+
+static int io_issue(rbd_image_t image, struct rbd_io *io)
+{
+	struct bio *bio = io->bio;
+	uint64_t off = bio_offset_bytes(bio), len = bio->bi_iter.bi_size;
+	rbd_completion_t c;
+	int cnt = 0, r;
+
+	if (bio_has_data(bio)) {
+		r = io_iov(io, &cnt);
+		if (r)
+			return r;
+	}
+	r = rbd_aio_create_completion(io, io_complete_cb, &c);
+	if (r)
+		return r;
+	switch (bio_op(bio)) {
+	case REQ_OP_READ:
+		r = rbd_aio_readv(image, io->iov, cnt, off, c);
+		break;
+	case REQ_OP_WRITE:
+		r = rbd_aio_writev(image, io->iov, cnt, off, c);
+		break;
+	case REQ_OP_FLUSH:
+		r = rbd_aio_flush(image, c);
+		break;
+	case REQ_OP_DISCARD:
+		r = rbd_aio_discard(image, off, len, c);
+		break;
+	case REQ_OP_WRITE_ZEROES:
+		/* NBD_CMD_FLAG_NO_HOLE: the range stays allocated. */
+		r = rbd_aio_write_zeroes(
+		    image, off, len, c,
+		    bio->bi_opf & REQ_NOUNMAP
+			? RBD_WRITE_ZEROES_FLAG_THICK_PROVISION
+			: 0,
+		    0);
+		break;
+	default:
+		r = -EOPNOTSUPP;
+		break;
+	}
+	if (r)
+		rbd_aio_release(c);
+	return r;
+}
+
+/*
+ * What needs no request to the cluster: a read-ahead hint, the extents
+ * (all data: librbd's only way to know is a synchronous walk of the
+ * object map), and a fast zero, which librbd cannot promise (a partial
+ * object is written).  -1: send it.
+ */
+static int rbd_answer_here(const struct rbd_target *rt, const struct bio *bio)
+{
+	enum req_op op = bio_op(bio);
+
+	if (rt->readonly && op != REQ_OP_READ && op != REQ_OP_FLUSH &&
+	    op != REQ_OP_CACHE && op != REQ_OP_EXTENTS)
+		return -EPERM;
+	switch (op) {
+	case REQ_OP_CACHE:
+		return 0;
+	case REQ_OP_EXTENTS:
+		return bio_extents_add(bio->bi_ext, bio->bi_iter.bi_done,
+				       bio->bi_iter.bi_size, 0);
+	case REQ_OP_WRITE_ZEROES:
+		return bio->bi_opf & REQ_NOFALLBACK ? -EOPNOTSUPP : -1;
+	case REQ_OP_FLUSH:
+		return rt->readonly ? 0 : -1;
+	default:
+		return -1;
+	}
+}
+
+static bool rbd_wait_connect(struct rbd_target *rt, struct rbd_io *io);
+
+static void rbd_submit(struct target *t, struct bio *bio)
+{
+	struct rbd_target *rt = to_rbd(t);
+	struct ioq *q = ioq_current();
+	rbd_image_t image;
+	struct rbd_port *p;
+	struct rbd_io *io;
+	int r;
+
+	member_acct_start(t, rt->stats, bio);
+	if (unlikely(!q)) {
+		bio_io_error(bio, -ENXIO);
+		return;
+	}
+	r = rbd_answer_here(rt, bio);
+	if (r != -1) {
+		ioq_defer_end(q, bio, r);
+		return;
+	}
+	p = port_get(q);
+	if (unlikely(!p)) {
+		ioq_defer_end(q, bio, -ENOMEM);
+		return;
+	}
+	io = p->free_ios;
+	if (io)
+		p->free_ios = io->next;
+	else if (!(io = malloc(sizeof(*io)))) {
+		ioq_defer_end(q, bio, -ENOMEM);
+		return;
+	}
+	io->port = p;
+	io->rt = rt;
+	io->bio = bio;
+	io->ret = 0;
+	io->issue = false;
+	io->iov = io->iov_inline;
+	io->then_flush =
+	    (bio->bi_opf & REQ_FUA) && (bio_op(bio) == REQ_OP_WRITE ||
+					bio_op(bio) == REQ_OP_WRITE_ZEROES ||
+					bio_op(bio) == REQ_OP_DISCARD);
+	q->inflight++;
+	image = atomic_load_explicit(&rt->image, memory_order_acquire);
+	if (unlikely(!image) && rbd_wait_connect(rt, io))
+		return;
+	image = atomic_load_explicit(&rt->image, memory_order_acquire);
+	if (unlikely(!image)) {
+		io->ret = -EIO;
+		io_end(p, io, -EIO);
+		return;
+	}
+	r = io_issue(image, io);
+	if (unlikely(r)) {
+		io->ret = r;
+		io_end(p, io, rbd_errno(r));
+	}
+}
+
+static void rbd_destroy(struct target *t)
+{
+	struct rbd_target *rt = to_rbd(t);
+
+	if (rt->joinable)
+		pthread_join(rt->connector, NULL);
+	/* rbd_close waits for what is still out (nothing: drained). */
+	if (rt->image) {
+		rbd_close(rt->image);
+		rados_ioctx_destroy(rt->ioctx);
+		cluster_put(rt->cl);
+	}
+	pthread_mutex_destroy(&rt->connect_lock);
+	io_stats_destroy(rt->stats);
+	free(rt->t.name);
+	free(rt);
+}
+
+static void rbd_start(struct target *t)
+{
+	/* In the background; bios that come first wait for it. */
+	(void)rbd_wait_connect(to_rbd(t), NULL);
+}
+
+static const struct target_ops rbd_target_ops = {
+    .submit = rbd_submit,
+    .destroy = rbd_destroy,
+    .start = rbd_start,
+};
+
+struct io_stats *rbd_target_stats(struct target *t)
+{
+	return t->ops == &rbd_target_ops ? to_rbd(t)->stats : NULL;
+}
+
+/* Open the image of @member into @rt (cluster, pool, image, size). */
+static int rbd_image_open(struct rbd_target *rt, const char *member,
+			  const struct remote_opts *opts, char *errbuf,
+			  size_t errlen)
+{
+	unsigned int timeout_ms = opts && opts->timeout_ms
+				      ? opts->timeout_ms
+				      : RBD_TIMEOUT_MS_DEFAULT;
+	rbd_image_t image;
+	struct rbd_spec s;
+	uint64_t size;
+	int r;
+
+	r = spec_parse(member, &s, errbuf, errlen);
+	if (r)
+		return r;
+	r = cluster_get(&s, timeout_ms, member, &rt->cl, errbuf, errlen);
+	if (r)
+		goto out;
+	r = rados_ioctx_create(rt->cl->rados, s.pool, &rt->ioctx);
+	if (r) {
+		verr(errbuf, errlen, r, "member %s: pool %s: %s", member,
+		     s.pool, strerror(-r));
+		goto err_cluster;
+	}
+	if (s.ns)
+		rados_ioctx_set_namespace(rt->ioctx, s.ns);
+	/* A snapshot is read-only whatever the volume asks. */
+	rt->readonly = (opts && opts->readonly) || s.snap;
+	r = rt->readonly
+		? rbd_open_read_only(rt->ioctx, s.image, &image, s.snap)
+		: rbd_open(rt->ioctx, s.image, &image, NULL);
+	if (r) {
+		verr(errbuf, errlen, r, "member %s: image %s%s%s: %s", member,
+		     s.image, s.snap ? "@" : "", s.snap ? s.snap : "",
+		     strerror(-r));
+		goto err_ioctx;
+	}
+	r = rbd_get_size(image, &size);
+	if (r) {
+		verr(errbuf, errlen, r, "member %s: size: %s", member,
+		     strerror(-r));
+		goto err_image;
+	}
+	/* Connecting again after a probe: the image must be the same. */
+	if (rt->t.size_bytes && size != rt->t.size_bytes) {
+		r = verr(errbuf, errlen, -ESTALE,
+			 "member %s: %llu bytes now, %llu at start: refused",
+			 member, (unsigned long long)size,
+			 (unsigned long long)rt->t.size_bytes);
+		goto err_image;
+	}
+	rt->t.size_bytes = size;
+	rt->t.readonly = s.snap != NULL;
+	atomic_store_explicit(&rt->image, image, memory_order_release);
+	goto out;
+err_image:
+	rbd_close(image);
+err_ioctx:
+	rados_ioctx_destroy(rt->ioctx);
+err_cluster:
+	cluster_put(rt->cl);
+out:
+	spec_free(&s);
+	return r;
+}
+
+/* Open and close again: @rt learns the size and whether it is read-only. */
+static int rbd_probe_into(struct rbd_target *rt, const char *member,
+			  unsigned int timeout_ms, char *errbuf, size_t errlen)
+{
+	struct remote_opts opts = {.readonly = true, .timeout_ms = timeout_ms};
+	int r = rbd_image_open(rt, member, &opts, errbuf, errlen);
+
+	if (r)
+		return r;
+	rbd_close(rt->image);
+	rt->image = NULL;
+	rados_ioctx_destroy(rt->ioctx);
+	cluster_put(rt->cl);
+	rt->cl = NULL;
+	return 0;
+}
+
+int rbd_probe(const char *member, unsigned int timeout_ms, uint64_t *size,
+	      char *errbuf, size_t errlen)
+{
+	struct rbd_target rt;
+	int r;
+
+	memset(&rt, 0, sizeof(rt));
+	r = rbd_probe_into(&rt, member, timeout_ms, errbuf, errlen);
+	if (!r)
+		*size = rt.t.size_bytes;
+	return r;
+}
+
+/* The connector thread: connect, then send the waiting bios home. */
+static void *rbd_connector(void *arg)
+{
+	struct rbd_target *rt = arg;
+	struct remote_opts opts = { .readonly = rt->readonly,
+				    .timeout_ms = rt->timeout_ms };
+	struct rbd_io *list;
+	char msg[256];
+	int r;
+
+	r = rbd_image_open(rt, rt->t.name, &opts, msg, sizeof(msg));
+	pthread_mutex_lock(&rt->connect_lock);
+	if (r) {
+		rt->retry_ns = engine_now_ns() + RBD_RETRY_NS;
+		if (!rt->down_logged)
+			target_notice(TARGET_NOTICE_ERROR,
+				      "%s; its requests fail with EIO until it can be reached",
+				      msg);
+		rt->down_logged = true;
+	} else if (rt->down_logged) {
+		target_notice(TARGET_NOTICE_INFO, "member %s: connected",
+			      rt->t.name);
+		rt->down_logged = false;
+	}
+	list = rt->waiting;
+	rt->waiting = NULL;
+	rt->connecting = false;
+	pthread_mutex_unlock(&rt->connect_lock);
+	while (list) {
+		struct rbd_io *io = list;
+
+		list = io->next;
+		io->ret = r ? -EIO : 0;
+		io->issue = !r;
+		io_to_port(io);
+	}
+	return NULL;
+}
+
+/*
+ * @rt is not connected: start the connector unless it runs, and queue @io
+ * (if any) for it.  False when @io is not queued: connected meanwhile
+ * (issue it), or failed lately (fail it).
+ */
+static bool rbd_wait_connect(struct rbd_target *rt, struct rbd_io *io)
+{
+	bool queued = false;
+
+	pthread_mutex_lock(&rt->connect_lock);
+	if (rt->image)
+		goto out;
+	if (!rt->connecting) {
+		if (engine_now_ns() < rt->retry_ns)
+			goto out;
+		if (rt->joinable)
+			pthread_join(rt->connector, NULL);
+		rt->joinable = !pthread_create(&rt->connector, NULL,
+					       rbd_connector, rt);
+		if (!rt->joinable)
+			goto out;
+		rt->connecting = true;
+	}
+	if (io) {
+		io->next = rt->waiting;
+		rt->waiting = io;
+		queued = true;
+	}
+out:
+	pthread_mutex_unlock(&rt->connect_lock);
+	return queued;
+}
+
+int rbd_target_open(struct target **out, const char *member,
+		    const struct remote_opts *opts, char *errbuf, size_t errlen)
+{
+	struct rbd_target *rt = calloc(1, sizeof(*rt));
+	int r;
+
+	if (!rt)
+		return verr(errbuf, errlen, -ENOMEM, "out of memory");
+	rt->t.name = strdup(member);
+	if (!rt->t.name) {
+		free(rt);
+		return verr(errbuf, errlen, -ENOMEM, "out of memory");
+	}
+	rt->timeout_ms = opts && opts->timeout_ms ? opts->timeout_ms
+						  : RBD_TIMEOUT_MS_DEFAULT;
+	/* The size and a mistake now; the connection for I/O later. */
+	r = rbd_probe_into(rt, member, rt->timeout_ms, errbuf, errlen);
+	if (r) {
+		free(rt->t.name);
+		free(rt);
+		return r;
+	}
+	pthread_mutex_init(&rt->connect_lock, NULL);
+	rt->readonly = (opts && opts->readonly) || rt->t.readonly;
+	if (rt->t.readonly && !(opts && opts->readonly))
+		target_notice(
+		    TARGET_NOTICE_INFO,
+		    "member %s: a snapshot is read-only, and so is the volume",
+		    member);
+	rt->t.ops = &rbd_target_ops;
+	rt->t.whole_io = true;
+	if (opts && opts->stats_parent)
+		rt->stats = io_stats_create(member, opts->stats_parent);
+	if (opts && opts->trace_parent)
+		rt->t.trace_id =
+		    trace_obj_add(TRACE_OBJ_MEMBER, opts->trace_parent, member);
+	*out = &rt->t;
+	return 0;
+}

@@ -1,0 +1,305 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Description: RBD members (docs/remote.md): volumes over Ceph RBD images
+# of a real single-node cluster this test starts and stops itself
+# (ceph-cluster.sh: mon, mgr, one OSD on a file, all on 127.0.0.1).
+#  - One image as the whole export (bionbd as an NBD gateway to Ceph):
+#    zero, trim, flush, cache, FUA, multi-conn; qemu-io, qemu-img convert
+#    and compare, nbdcopy; `rbd export` of the image equals what was
+#    written.  Its snapshot (rbd:POOL/IMAGE@SNAP) serves the data of that
+#    moment, read-only.
+#  - A volume striped over 4 images (both backends) and over 2 files and 2
+#    images: fio verify over 4 connections (4K to 4M), qemu-img, nbdcopy,
+#    and every chunk on the image and offset the layout rule names (read
+#    back with `rbd export`).
+#  - conf=, id=, keyring=: a client of its own with only RBD rights.
+#  - Faults: an OSD that stops answering fails requests with EIO after the
+#    timeout, and serves again once it is back; the OSD stopped and
+#    restarted under fio: EIO replies, no hang, the other export
+#    untouched, service resumes.
+#  - One-line refusals: an image or pool that is not there, a malformed
+#    name, an unknown option, an image too small, one given twice, a
+#    mirror over images, a wrong key, a cluster that does not answer.
+source "$(dirname "$0")/functions.sh"
+source "$(dirname "$0")/ceph-cluster.sh"
+
+requires_server
+requires_nbdpy
+requires_fio_nbd
+requires qemu-img
+requires qemu-io
+requires nbdcopy
+# The cluster is part of the suite (tools/install-deps.sh): missing is a
+# failure, not a skip.
+for t in ceph-mon ceph-mgr ceph-osd ceph rbd monmaptool ceph-authtool; do
+    command -v "$t" >/dev/null || die "$t not installed (tools/install-deps.sh)"
+done
+make_tmpdir
+cd "$tmp"
+
+on_exit ceph_stop
+t0=$SECONDS
+ceph_start "$tmp/ceph" 3072 || die "the Ceph cluster did not start"
+log "Ceph cluster up in $((SECONDS - t0)) s"
+show_log_on_failure "$tmp/ceph/log/osd.0.log"
+for i in single:64M s0:16M s1:16M s2:16M s3:16M m1:16M m3:16M; do
+    rbd_cmd create --size "${i#*:}" "rbd/${i%:*}" || die "rbd create $i"
+done
+
+# export_image IMAGE[@SNAP] FILE: the image's bytes, as Ceph has them.
+export_image() {
+    rm -f "$2"
+    rbd_cmd export --no-progress "rbd/$1" "$2" >/dev/null 2>&1 ||
+        die "rbd export $1"
+}
+
+# check_layout FILE-OF-THE-VOLUME MEMBER-FILE...: chunk k of the volume
+# (64K chunks) is chunk k/N of member k%N.
+check_layout() {
+    py - "$@" <<'PY' || die "layout: $*"
+import sys
+C = 64 << 10
+vol = open(sys.argv[1], "rb").read()
+members = [open(m, "rb").read() for m in sys.argv[2:]]
+n = len(members)
+for k in range(len(vol) // C):
+    m, moff = k % n, (k // n) * C
+    if members[m][moff:moff + C] != vol[k * C:(k + 1) * C]:
+        sys.exit(f"chunk {k}: not at member {m} offset {moff}")
+print(f"layout: {len(vol) // C} chunks where the rule puts them", file=sys.stderr)
+PY
+}
+
+# --- one image as the export -------------------------------------------------
+log "one image as the export"
+start_server rbd:rbd/single
+[[ $(nbdinfo --size "$NBD_URI") -eq $((64 << 20)) ]] || die "size: expected 64M"
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "ops on one image"
+import nbd
+from nbd_e2e import connect
+h = connect()
+assert h.can_multi_conn(), "one image handle serves every connection: multi-conn"
+assert not h.is_read_only()
+h.pwrite(b"\xaa" * (256 << 10), 1 << 20)
+h.zero(128 << 10, (1 << 20) + (64 << 10))
+assert h.pread(256 << 10, 1 << 20) == b"\xaa" * (64 << 10) + bytes(128 << 10) + b"\xaa" * (64 << 10)
+h.zero(64 << 10, 2 << 20, nbd.CMD_FLAG_NO_HOLE)
+assert h.pread(64 << 10, 2 << 20) == bytes(64 << 10)
+try:
+    h.zero(64 << 10, 3 << 20, nbd.CMD_FLAG_FAST_ZERO)
+    raise SystemExit("a fast zero librbd cannot promise succeeded")
+except nbd.Error as e:
+    assert e.errno == "ENOTSUP", e
+h.pwrite(b"f" * 4096, 8 << 20, nbd.CMD_FLAG_FUA)
+assert h.pread(4096, 8 << 20) == b"f" * 4096
+h.trim(1 << 20, 16 << 20)
+h.cache(1 << 20, 0)
+h.flush()
+seen = []
+h.block_status(1 << 20, 0, lambda ctx, off, ents, err: seen.extend(ents))
+assert seen and seen[0] == 1 << 20 and seen[1] == 0, f"extents: {seen[:4]}"
+PY
+qemu-io -f raw -c 'write -P 0x5c 4M 1M' -c 'read -P 0x5c 4M 1M' "$NBD_URI" \
+    >qio.out || die "qemu-io"
+expect_grep "read 1048576/1048576" qio.out
+head -c 20M /dev/urandom >single.raw
+truncate -s 64M single.raw
+qemu-img convert -n -f raw -O raw single.raw "$NBD_URI" || die "qemu-img convert"
+qemu-img compare -f raw -F raw single.raw "$NBD_URI" >/dev/null ||
+    die "qemu-img compare: the export differs"
+nbdcopy "$NBD_URI" back.raw || die "nbdcopy"
+cmp single.raw back.raw || die "nbdcopy: differs"
+stop_server
+export_image single single.rbd
+cmp single.raw single.rbd || die "the image in Ceph differs from what was written"
+
+# A snapshot: that moment's data, read-only.
+rbd_cmd snap create rbd/single@one >/dev/null 2>&1 || die "rbd snap create"
+start_server rbd:rbd/single
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "writing after the snapshot"
+from nbd_e2e import connect
+connect().pwrite(b"after" * 8192, 0)
+PY
+stop_server
+start_server rbd:rbd/single@one
+grep -q "snapshot is read-only" "$SERVER_LOG" ||
+    [[ $SERVER == plugin ]] || die "no notice that the snapshot is read-only"
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "serving a snapshot"
+import nbd
+from nbd_e2e import connect
+h = connect()
+assert h.is_read_only(), "a snapshot must be served read-only"
+try:
+    h.pwrite(b"x" * 4096, 0)
+    raise SystemExit("a write to a snapshot succeeded")
+except nbd.Error as e:
+    assert e.errno == "EPERM", e
+PY
+nbdcopy "$NBD_URI" snap.raw || die "nbdcopy of the snapshot"
+cmp single.raw snap.raw || die "the snapshot does not hold the data of its moment"
+stop_server
+
+# --- striped over 4 images; over files and images ----------------------------
+imgs=(rbd:rbd/s0 rbd:rbd/s1 rbd:rbd/s2 rbd:rbd/s3)
+head -c 64M /dev/urandom >vol.raw
+for be in io_uring threads; do
+    log "4 images, backend $be"
+    start_server --backend "$be" --stripe-size 64K "${imgs[@]}"
+    [[ $(nbdinfo --size "$NBD_URI") -eq $((64 << 20)) ]] || die "size: 4 x 16M"
+    if [[ $be == io_uring ]]; then
+        fio --name=v --ioengine=nbd --uri="$NBD_URI" --rw=randwrite \
+            --bssplit=4k/40:64k/30:1m/20:4m/10 --iodepth=8 --numjobs=4 \
+            --size=12M --offset_increment=16M --verify=crc32c \
+            --verify_fatal=1 --output-format=json --output=fio.json \
+            >/dev/null 2>&1 || die "fio verify over 4 connections"
+        py -c 'import json,sys
+j=json.load(open("fio.json"))
+e=sum(x["error"] for x in j["jobs"]); w=sum(x["write"]["io_bytes"] for x in j["jobs"])
+sys.exit(e != 0 or w < 4 * (12 << 20))' || die "fio: errors, or not all written"
+    fi
+    nbdcopy vol.raw "$NBD_URI" || die "nbdcopy to the volume"
+    qemu-img compare -f raw -F raw vol.raw "$NBD_URI" >/dev/null ||
+        die "qemu-img compare: the volume differs ($be)"
+    stop_server
+    for i in 0 1 2 3; do export_image "s$i" "s$i.rbd"; done
+    check_layout vol.raw s0.rbd s1.rbd s2.rbd s3.rbd
+    head -c 64M /dev/urandom >vol.raw
+done
+
+log "2 files and 2 images"
+truncate -s 16M f0.img f2.img
+start_server --stripe-size 64K "$tmp/f0.img" rbd:rbd/m1 "$tmp/f2.img" rbd:rbd/m3
+nbdcopy vol.raw "$NBD_URI" || die "nbdcopy to the mixed volume"
+qemu-img compare -f raw -F raw vol.raw "$NBD_URI" >/dev/null ||
+    die "qemu-img compare: the mixed volume differs"
+stop_server
+export_image m1 m1.rbd
+export_image m3 m3.rbd
+check_layout vol.raw f0.img m1.rbd f2.img m3.rbd
+
+# --- a client of its own: conf=, id=, keyring= ------------------------------
+log "conf=, id=, keyring="
+ceph_cmd auth get-or-create client.bio mon 'profile rbd' \
+    osd 'profile rbd pool=rbd' >bio.keyring 2>/dev/null || die "ceph auth"
+own="rbd:rbd/s0:conf=$CEPH_CONF:id=bio:keyring=$tmp/bio.keyring"
+conf=$CEPH_CONF
+unset CEPH_CONF
+start_server "$own"
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "I/O as client.bio"
+from nbd_e2e import connect
+h = connect()
+h.pwrite(b"bio!" * 1024, 4096)
+assert h.pread(4096, 4096) == b"bio!" * 1024
+PY
+stop_server
+# Another key under the same name: refused, in one line.
+sed 's/key = .*/key = AQBgh1FnAAAAABAAq6TMjsJCcVPpTlHaJvb8Kg==/' bio.keyring >wrong.keyring
+server_refuses_once --timeout 3 "rbd:rbd/s0:conf=$conf:id=bio:keyring=$tmp/wrong.keyring"
+expect_grep "cannot reach the Ceph cluster" "$SERVER_ERR"
+# A cluster that does not answer: refused within the timeout.
+sed "s/^mon_host = .*/mon_host = 127.0.0.1:$(_ceph_free_port)/" "$conf" >mute.conf
+t1=$SECONDS
+server_refuses_once --timeout 2 "rbd:rbd/s0:conf=$tmp/mute.conf"
+expect_grep "rbd/s0:conf=$tmp/mute.conf: cannot reach the Ceph cluster" "$SERVER_ERR"
+(( SECONDS - t1 < 15 )) || die "a mute cluster took $((SECONDS - t1)) s to refuse"
+export CEPH_CONF=$conf
+
+# --- refusals ------------------------------------------------------------------
+log "refusals"
+server_refuses_once rbd:rbd/absent
+expect_grep "rbd:rbd/absent: image absent: No such file or directory" "$SERVER_ERR"
+server_refuses_once rbd:nopool/s0
+expect_grep "rbd:nopool/s0: pool nopool: No such file or directory" "$SERVER_ERR"
+server_refuses_once rbd:justaname
+expect_grep "expected rbd:POOL\[/NAMESPACE\]/IMAGE" "$SERVER_ERR"
+server_refuses_once rbd:rbd/s0:colour=blue
+expect_grep "unknown or repeated option 'colour=blue'" "$SERVER_ERR"
+server_refuses_once --size 1G rbd:rbd/s0 rbd:rbd/s1
+expect_grep "rbd:rbd/s0: 16777216 bytes, size 1073741824 needs" "$SERVER_ERR"
+server_refuses_once rbd:rbd/s0 rbd:rbd/s0
+expect_grep "listed twice" "$SERVER_ERR"
+server_refuses_once --level raid1 --size 16M rbd:rbd/s0 rbd:rbd/s1
+expect_grep "a remote member serves only a raid0 volume" "$SERVER_ERR"
+
+# --- faults ----------------------------------------------------------------------
+osd_pid() { cat "$tmp/ceph/run/osd.0.pid"; }
+cat >two.conf <<EOF
+[export ceph]
+file = rbd:rbd/s0
+file = rbd:rbd/s1
+timeout = 3
+
+[export local]
+file = $tmp/f0.img
+EOF
+start_server -v --conf two.conf
+log "an OSD that stops answering"
+NBD_URI=$(nbd_uri ceph) nbdpy - <<'PY' || die "before the stall"
+from nbd_e2e import connect
+connect().pread(1 << 20, 8 << 20)   # both members connected and serving
+PY
+kill -STOP "$(osd_pid)"
+NBD_URI=$(nbd_uri ceph) nbdpy - <<'PY' || die "a stalled OSD"
+import time, nbd
+from nbd_e2e import connect
+h = connect()
+t = time.monotonic()
+try:
+    h.pread(1 << 20, 8 << 20)
+    raise SystemExit("a read from a stalled OSD succeeded")
+except nbd.Error as e:
+    assert e.errno == "EIO", e
+took = time.monotonic() - t
+assert 2 < took < 15, f"failed after {took:.1f} s, timeout is 3 s"
+PY
+kill -CONT "$(osd_pid)"
+NBD_URI=$(nbd_uri ceph) nbdpy - <<'PY' || die "after the stall"
+import time, nbd
+from nbd_e2e import connect
+h = connect()
+for i in range(60):
+    try:
+        h.pwrite(b"C" * 65536, 8 << 20)
+        assert h.pread(65536, 8 << 20) == b"C" * 65536
+        break
+    except nbd.Error:
+        time.sleep(0.5)
+else:
+    raise SystemExit("the member did not come back")
+PY
+
+log "the OSD stopped and restarted under fio"
+fio --name=v --ioengine=nbd --uri="$(nbd_uri ceph)" --rw=randrw \
+    --bs=64k --iodepth=8 --size=32M --time_based --runtime=12 \
+    --continue_on_error=all --output-format=json --output=kill.json \
+    >/dev/null 2>&1 &
+fio_pid=$!
+sleep 2
+kill "$(osd_pid)"
+for ((n = 0; n < 100; n++)); do kill -0 "$(osd_pid)" 2>/dev/null || break; sleep 0.1; done
+NBD_URI=$(nbd_uri local) nbdpy - <<'PY' || die "the local export during the outage"
+from nbd_e2e import connect
+h = connect()
+h.pwrite(b"L" * 65536, 0)
+assert h.pread(65536, 0) == b"L" * 65536
+PY
+sleep 4
+ceph-osd --conf "$CEPH_CONF" -i 0 || die "restarting the OSD"
+fio_outage_ok "$fio_pid" kill.json 30
+NBD_URI=$(nbd_uri ceph) nbdpy - <<'PY' || die "after the OSD came back"
+import time, nbd
+from nbd_e2e import connect
+h = connect()
+for i in range(60):
+    try:
+        for off in range(0, 4 << 20, 64 << 10):   # both members
+            h.pwrite(b"B" * 4096, off)
+            assert h.pread(4096, off) == b"B" * 4096
+        break
+    except nbd.Error:
+        time.sleep(0.5)
+else:
+    raise SystemExit("service did not resume")
+PY
+stop_server
+log "ok ($((SECONDS - t0)) s)"
