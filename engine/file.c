@@ -61,8 +61,7 @@ static void file_submit(struct target *t, struct bio *bio)
 	default:
 		break;
 	}
-	if (unlikely(ft->readonly && bio_op(bio) != REQ_OP_READ &&
-		     bio_op(bio) != REQ_OP_FLUSH)) {
+	if (unlikely(ft->readonly && op_is_write(bio_op(bio)))) {
 		bio_io_error(bio, -EPERM);
 		return;
 	}

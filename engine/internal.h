@@ -374,6 +374,30 @@ static inline size_t ioq_inline_cap(const struct ioq *q)
 /* Do @bio inline at the next reap period (or now, out of memory). */
 void ioq_inline_later(struct ioq *q, struct file_target *ft, struct bio *bio);
 
+/*
+ * For a target's unplug: how many of @bios (@nr > 0) from the first on
+ * are one run that can go down as one request: the same op and flags,
+ * each starting where the one before ends, @max_bytes in all at most (0:
+ * no limit).  At least 1.
+ */
+static inline unsigned int bio_run_len(struct bio *const *bios,
+				       unsigned int nr, uint64_t max_bytes)
+{
+	const struct bio *first = bios[0];
+	uint64_t next = bio_offset_bytes(first) + first->bi_iter.bi_size;
+	uint64_t len = first->bi_iter.bi_size;
+	unsigned int j = 1;
+
+	while (j < nr && bios[j]->bi_opf == first->bi_opf &&
+	       bio_offset_bytes(bios[j]) == next &&
+	       (!max_bytes || len + bios[j]->bi_iter.bi_size <= max_bytes)) {
+		next += bios[j]->bi_iter.bi_size;
+		len += bios[j]->bi_iter.bi_size;
+		j++;
+	}
+	return j;
+}
+
 /* Common set-up of the generic part; backends call it first. */
 void ioq_init(struct ioq *q, const struct ioq_ops *ops,
 	      enum ioq_backend backend);

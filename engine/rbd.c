@@ -48,7 +48,7 @@
 
 struct rbd_spec {
 	char *pool, *ns, *image, *snap; /* ns, snap: NULL when not given */
-	char *conf, *id, *keyring;	/* NULL: librados' defaults */
+	char *conf, *id, *keyring; /* NULL: librados' defaults */
 };
 
 /* A cluster connection, shared by the members with the same identity. */
@@ -86,12 +86,21 @@ struct rbd_target {
 /* A member that could not be reached is tried again after this. */
 #define RBD_RETRY_NS 1000000000ull
 
-/* One request out to librbd. */
+/*
+ * One request out to librbd: one bio, or a run of reads or writes a plug
+ * held back that follow each other on the image (the pieces of a large
+ * request on one member of a stripe: chunks k, k + N, ...), sent as one
+ * vectored call, since each call costs a round trip to an OSD.
+ */
 struct rbd_io {
 	struct rbd_io *next;
 	struct rbd_port *port;
 	struct rbd_target *rt;
-	struct bio *bio;
+	enum req_op op;
+	unsigned int opf; /* the first bio's flags */
+	uint64_t off, len; /* on the image */
+	unsigned int nr_bios;
+	struct bio *bios[BLK_PLUG_MAX];
 	ssize_t ret; /* librbd's answer: bytes or -errno */
 	bool then_flush; /* FUA: a flush once the write is done */
 	bool issue; /* back from the connector: issue it now (ret 0) */
@@ -211,18 +220,16 @@ static int spec_parse(const char *member, struct rbd_spec *s, char *errbuf,
 		goto bad_name;
 	return 0;
 bad_opt:
-	verr(
-	    errbuf, errlen, -EINVAL,
-	    "member %s: unknown or repeated option '%s' (conf=, id=, keyring=)",
-	    member, opt); /* before spec_free: @opt is in its string */
+	/* Before spec_free: @opt is in its string. */
+	verr(errbuf, errlen, -EINVAL,
+	     "member %s: unknown or repeated option '%s' (conf=, id=, keyring=)",
+	     member, opt);
 	spec_free(s);
 	return -EINVAL;
 bad_name:
 	spec_free(s);
 	return verr(errbuf, errlen, -EINVAL,
-		    "member %s: expected "
-		    "rbd:POOL[/NAMESPACE]/"
-		    "IMAGE[@SNAP][:conf=PATH][:id=USER][:keyring=PATH]",
+		    "member %s: expected rbd:POOL[/NAMESPACE]/IMAGE[@SNAP][:conf=PATH][:id=USER][:keyring=PATH]",
 		    member);
 }
 
@@ -238,9 +245,10 @@ static int cluster_set(rados_t r, const char *key, const char *value,
 {
 	int e = rados_conf_set(r, key, value);
 
-	return e ? verr(errbuf, errlen, e, "member %s: %s=%s: %s", member, key,
-			value, strerror(-e))
-		 : 0;
+	if (!e)
+		return 0;
+	return verr(errbuf, errlen, e, "member %s: %s=%s: %s", member, key,
+		    value, strerror(-e));
 }
 
 static int cluster_connect(struct rbd_cluster *cl, const char *member,
@@ -273,12 +281,16 @@ static int cluster_connect(struct rbd_cluster *cl, const char *member,
 					     member, errbuf, errlen))))
 		goto err;
 	r = rados_connect(cl->rados);
+	if (r == -ETIMEDOUT) {
+		r = verr(errbuf, errlen, -EHOSTUNREACH,
+			 "member %s: cannot reach the Ceph cluster: no answer within the timeout",
+			 member);
+		goto err;
+	}
 	if (r) {
-		verr(errbuf, errlen, r == -ETIMEDOUT ? -EHOSTUNREACH : r,
+		verr(errbuf, errlen, r,
 		     "member %s: cannot reach the Ceph cluster: %s", member,
-		     r == -ETIMEDOUT ? "no answer within the timeout"
-				     : strerror(-r));
-		r = r == -ETIMEDOUT ? -EHOSTUNREACH : r;
+		     strerror(-r));
 		goto err;
 	}
 	return 0;
@@ -383,13 +395,12 @@ static bool rbd_note_answer(struct rbd_target *rt, ssize_t ret)
 	if (ret == -ETIMEDOUT) {
 		if (!atomic_exchange(&rt->stalled, true))
 			target_notice(TARGET_NOTICE_ERROR,
-				      "member %s: no answer within %u ms; its "
-				      "requests fail with EIO until it answers",
+				      "member %s: no answer within %u ms; its requests fail with EIO until it answers",
 				      rt->t.name, rt->timeout_ms);
 		return true;
 	}
-	if (unlikely(
-		atomic_load_explicit(&rt->stalled, memory_order_relaxed)) &&
+	if (unlikely(atomic_load_explicit(&rt->stalled,
+					  memory_order_relaxed)) &&
 	    atomic_exchange(&rt->stalled, false))
 		target_notice(TARGET_NOTICE_INFO, "member %s: answering again",
 			      rt->t.name);
@@ -398,14 +409,17 @@ static bool rbd_note_answer(struct rbd_target *rt, ssize_t ret)
 
 static void io_end(struct rbd_port *p, struct rbd_io *io, int err)
 {
-	struct bio *bio = io->bio;
+	bool report = err && err != -EOPNOTSUPP &&
+		      !rbd_note_answer(io->rt, io->ret);
 
-	if (err && err != -EOPNOTSUPP && !rbd_note_answer(io->rt, io->ret))
-		target_report_error(&io->rt->t, bio, err);
+	for (unsigned int i = 0; i < io->nr_bios; i++) {
+		if (report)
+			target_report_error(&io->rt->t, io->bios[i], err);
+		ioq_defer_end(p->q, io->bios[i], err);
+	}
 	if (io->iov != io->iov_inline)
 		free(io->iov);
 	p->q->inflight--;
-	ioq_defer_end(p->q, bio, err);
 	io->next = p->free_ios;
 	p->free_ios = io;
 }
@@ -443,8 +457,9 @@ static int io_flush(struct rbd_io *io)
 	r = rbd_aio_create_completion(io, io_complete_cb, &c);
 	if (r)
 		return r;
-	r = rbd_aio_flush(
-	    atomic_load_explicit(&io->rt->image, memory_order_acquire), c);
+	r = rbd_aio_flush(atomic_load_explicit(&io->rt->image,
+					       memory_order_acquire),
+			  c);
 	if (r)
 		rbd_aio_release(c);
 	return r;
@@ -561,15 +576,18 @@ static struct rbd_port *port_get(struct ioq *q)
 
 /* ---- issuing ---- */
 
+/* The data of all of @io's bios, in order, as one iovec array. */
 static int io_iov(struct rbd_io *io, int *cnt)
 {
-	struct bio *bio = io->bio;
 	struct bvec_iter iter;
 	struct bio_vec bv;
-	unsigned int n = 0;
+	unsigned int i, n = 0, done = 0;
 
 	/* A split or clone's bi_vcnt says nothing of its own range: count. */
-	bio_for_each_segment(bv, bio, iter) n++;
+	for (i = 0; i < io->nr_bios; i++) {
+		bio_for_each_segment(bv, io->bios[i], iter)
+			n++;
+	}
 	io->iov = io->iov_inline;
 	if (n > RBD_IOV_INLINE) {
 		io->iov = malloc(n * sizeof(*io->iov));
@@ -578,18 +596,21 @@ static int io_iov(struct rbd_io *io, int *cnt)
 			return -ENOMEM;
 		}
 	}
-	*cnt = (int)bio_iter_to_iovec(bio, bio->bi_iter, io->iov, n);
+	for (i = 0; i < io->nr_bios; i++)
+		done += bio_iter_to_iovec(io->bios[i], io->bios[i]->bi_iter,
+					  io->iov + done, n - done);
+	*cnt = (int)done;
 	return 0;
 }
 
 static int io_issue(rbd_image_t image, struct rbd_io *io)
 {
-	struct bio *bio = io->bio;
-	uint64_t off = bio_offset_bytes(bio), len = bio->bi_iter.bi_size;
+	const int thick = RBD_WRITE_ZEROES_FLAG_THICK_PROVISION;
+	uint64_t off = io->off, len = io->len;
 	rbd_completion_t c;
 	int cnt = 0, r;
 
-	if (bio_has_data(bio)) {
+	if (io->op == REQ_OP_READ || io->op == REQ_OP_WRITE) {
 		r = io_iov(io, &cnt);
 		if (r)
 			return r;
@@ -597,7 +618,7 @@ static int io_issue(rbd_image_t image, struct rbd_io *io)
 	r = rbd_aio_create_completion(io, io_complete_cb, &c);
 	if (r)
 		return r;
-	switch (bio_op(bio)) {
+	switch (io->op) {
 	case REQ_OP_READ:
 		r = rbd_aio_readv(image, io->iov, cnt, off, c);
 		break;
@@ -612,12 +633,8 @@ static int io_issue(rbd_image_t image, struct rbd_io *io)
 		break;
 	case REQ_OP_WRITE_ZEROES:
 		/* NBD_CMD_FLAG_NO_HOLE: the range stays allocated. */
-		r = rbd_aio_write_zeroes(
-		    image, off, len, c,
-		    bio->bi_opf & REQ_NOUNMAP
-			? RBD_WRITE_ZEROES_FLAG_THICK_PROVISION
-			: 0,
-		    0);
+		r = rbd_aio_write_zeroes(image, off, len, c,
+					 io->opf & REQ_NOUNMAP ? thick : 0, 0);
 		break;
 	default:
 		r = -EOPNOTSUPP;
@@ -638,8 +655,7 @@ static int rbd_answer_here(const struct rbd_target *rt, const struct bio *bio)
 {
 	enum req_op op = bio_op(bio);
 
-	if (rt->readonly && op != REQ_OP_READ && op != REQ_OP_FLUSH &&
-	    op != REQ_OP_CACHE && op != REQ_OP_EXTENTS)
+	if (rt->readonly && op_is_write(op))
 		return -EPERM;
 	switch (op) {
 	case REQ_OP_CACHE:
@@ -658,47 +674,46 @@ static int rbd_answer_here(const struct rbd_target *rt, const struct bio *bio)
 
 static bool rbd_wait_connect(struct rbd_target *rt, struct rbd_io *io);
 
-static void rbd_submit(struct target *t, struct bio *bio)
+/*
+ * Send @nr bios (one, or a run that follows each other on the image, same
+ * op and flags) as one request, or queue it for the connector.
+ */
+static void rbd_send(struct rbd_target *rt, struct ioq *q, struct bio **bios,
+		     unsigned int nr)
 {
-	struct rbd_target *rt = to_rbd(t);
-	struct ioq *q = ioq_current();
+	struct bio *first = bios[0];
 	rbd_image_t image;
 	struct rbd_port *p;
 	struct rbd_io *io;
+	unsigned int i;
 	int r;
 
-	member_acct_start(t, rt->stats, bio);
-	if (unlikely(!q)) {
-		bio_io_error(bio, -ENXIO);
-		return;
-	}
-	r = rbd_answer_here(rt, bio);
-	if (r != -1) {
-		ioq_defer_end(q, bio, r);
-		return;
-	}
 	p = port_get(q);
-	if (unlikely(!p)) {
-		ioq_defer_end(q, bio, -ENOMEM);
+	io = !p ? NULL : p->free_ios ? p->free_ios : malloc(sizeof(*io));
+	if (unlikely(!io)) {
+		for (i = 0; i < nr; i++)
+			ioq_defer_end(q, bios[i], -ENOMEM);
 		return;
 	}
-	io = p->free_ios;
-	if (io)
+	if (io == p->free_ios)
 		p->free_ios = io->next;
-	else if (!(io = malloc(sizeof(*io)))) {
-		ioq_defer_end(q, bio, -ENOMEM);
-		return;
-	}
 	io->port = p;
 	io->rt = rt;
-	io->bio = bio;
+	io->op = bio_op(first);
+	io->opf = first->bi_opf;
+	io->off = bio_offset_bytes(first);
+	io->len = 0;
+	for (i = 0; i < nr; i++) {
+		io->bios[i] = bios[i];
+		io->len += bios[i]->bi_iter.bi_size;
+	}
+	io->nr_bios = nr;
 	io->ret = 0;
 	io->issue = false;
 	io->iov = io->iov_inline;
-	io->then_flush =
-	    (bio->bi_opf & REQ_FUA) && (bio_op(bio) == REQ_OP_WRITE ||
-					bio_op(bio) == REQ_OP_WRITE_ZEROES ||
-					bio_op(bio) == REQ_OP_DISCARD);
+	io->then_flush = (io->opf & REQ_FUA) && (io->op == REQ_OP_WRITE ||
+						 io->op == REQ_OP_WRITE_ZEROES ||
+						 io->op == REQ_OP_DISCARD);
 	q->inflight++;
 	image = atomic_load_explicit(&rt->image, memory_order_acquire);
 	if (unlikely(!image) && rbd_wait_connect(rt, io))
@@ -713,6 +728,41 @@ static void rbd_submit(struct target *t, struct bio *bio)
 	if (unlikely(r)) {
 		io->ret = r;
 		io_end(p, io, rbd_errno(r));
+	}
+}
+
+static void rbd_submit(struct target *t, struct bio *bio)
+{
+	struct rbd_target *rt = to_rbd(t);
+	struct ioq *q = ioq_current();
+	int r;
+
+	member_acct_start(t, rt->stats, bio);
+	if (unlikely(!q)) {
+		bio_io_error(bio, -ENXIO);
+		return;
+	}
+	r = rbd_answer_here(rt, bio);
+	if (r != -1) {
+		ioq_defer_end(q, bio, r);
+		return;
+	}
+	if (bio_has_data(bio) && blk_plug_add(t, bio))
+		return;
+	rbd_send(rt, q, &bio, 1);
+}
+
+/* Plugged reads and writes: runs that follow each other go as one. */
+static void rbd_unplug(struct target *t, struct bio **bios, unsigned int nr)
+{
+	struct ioq *q = ioq_current();
+	unsigned int i = 0;
+
+	while (i < nr) {
+		unsigned int n = bio_run_len(bios + i, nr - i, 0);
+
+		rbd_send(to_rbd(t), q, bios + i, n);
+		i += n;
 	}
 }
 
@@ -741,9 +791,10 @@ static void rbd_start(struct target *t)
 }
 
 static const struct target_ops rbd_target_ops = {
-    .submit = rbd_submit,
-    .destroy = rbd_destroy,
-    .start = rbd_start,
+	.submit = rbd_submit,
+	.destroy = rbd_destroy,
+	.start = rbd_start,
+	.unplug = rbd_unplug,
 };
 
 struct io_stats *rbd_target_stats(struct target *t)

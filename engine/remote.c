@@ -85,11 +85,26 @@ struct remote_conn {
 	struct remote_io *flush_head;
 };
 
-/* One bio in flight: one or more commands. */
+/*
+ * Reads and writes a plug held back that follow each other on the remote
+ * (the pieces of a large request on one member of a stripe: chunks k,
+ * k + N, ...) go as one command through a buffer of their own, up to this
+ * much: a command costs the remote a request, a copy costs us a memcpy.
+ */
+#define REMOTE_MERGE_MAX (4u << 20)
+
+/*
+ * One bio in flight, or a run of them merged (see REMOTE_MERGE_MAX): one
+ * or more commands.
+ */
 struct remote_io {
 	struct remote_io *next, *prev;
 	struct remote_conn *c;
-	struct bio *bio;
+	struct bio *bio; /* the first */
+	unsigned int nr_bios; /* 1, or a merged run in bios[] */
+	struct bio *bios[BLK_PLUG_MAX];
+	char *bounce; /* a merged run's data, len bytes */
+	uint64_t len;
 	unsigned int pending; /* commands out, plus one while issuing */
 	int err;
 	bool quiet; /* the connection failed: logged once for the member */
@@ -169,6 +184,11 @@ static struct nbd_handle *remote_handle(char *errbuf, size_t errlen,
 	/* Our buffers are the client's data: no need to clear them first. */
 	nbd_set_pread_initialize(h, false);
 	(void)nbd_add_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION);
+	/*
+	 * A member's URI is the administrator's, not a client's: its
+	 * tls-psk-file= and tls-certificates= may name local files.
+	 */
+	(void)nbd_set_uri_allow_local_file(h, true);
 	if (nbd_aio_connect_uri(h, uri) == -1) {
 		verr(errbuf, errlen, remote_errno(), "member %s: %s", uri,
 		     nbd_get_error());
@@ -307,6 +327,39 @@ static void io_unlink(struct remote_conn *c, struct remote_io *io)
 		c->tail = io->prev;
 }
 
+/* Copy between a merged run's bios and its buffer, in order. */
+static void io_run_copy(struct remote_io *io, bool to_bounce)
+{
+	char *p = io->bounce;
+
+	for (unsigned int i = 0; i < io->nr_bios; i++) {
+		struct bvec_iter iter;
+		struct bio_vec bv;
+
+		bio_for_each_segment(bv, io->bios[i], iter) {
+			if (to_bounce)
+				memcpy(p, bvec_virt(&bv), bv.bv_len);
+			else
+				memcpy(bvec_virt(&bv), p, bv.bv_len);
+			p += bv.bv_len;
+		}
+	}
+}
+
+/* A merged run is done: its data out to the bios, and each one ended. */
+static void io_end_run(struct remote_conn *c, struct remote_io *io)
+{
+	if (!io->err && bio_op(io->bio) == REQ_OP_READ)
+		io_run_copy(io, false);
+	free(io->bounce);
+	io->bounce = NULL;
+	for (unsigned int i = 0; i < io->nr_bios; i++) {
+		if (io->err && !io->quiet && c->rt)
+			target_report_error(&c->rt->t, io->bios[i], io->err);
+		ioq_defer_end(c->q, io->bios[i], io->err);
+	}
+}
+
 /* One command of @io less; the last one ends the bio (at the next reap). */
 static void io_put(struct remote_io *io)
 {
@@ -324,10 +377,14 @@ static void io_put(struct remote_io *io)
 		return;
 	}
 	io_unlink(c, io);
-	if (io->err && io->err != -EOPNOTSUPP && !io->quiet && c->rt)
-		target_report_error(&c->rt->t, bio, io->err);
+	if (io->nr_bios > 1) {
+		io_end_run(c, io);
+	} else {
+		if (io->err && io->err != -EOPNOTSUPP && !io->quiet && c->rt)
+			target_report_error(&c->rt->t, bio, io->err);
+		ioq_defer_end(c->q, bio, io->err);
+	}
 	c->q->inflight--;
-	ioq_defer_end(c->q, bio, io->err);
 	io->next = c->free_ios;
 	c->free_ios = io;
 	if (!c->head) {
@@ -416,20 +473,27 @@ static int io_extents_done_cb(void *user_data, int *error)
 }
 
 /* Fail every bio waiting for the connection with @err. */
+/* Take the next bio waiting for the connection (no longer in flight). */
+static struct bio *conn_take_waiting(struct remote_conn *c)
+{
+	struct bio *bio = c->wait_head;
+
+	if (!bio)
+		return NULL;
+	c->wait_head = bio->bi_next;
+	if (!c->wait_head)
+		c->wait_tail = &c->wait_head;
+	bio->bi_next = NULL;
+	c->q->inflight--;
+	return bio;
+}
+
 static void conn_fail_waiting(struct remote_conn *c, int err)
 {
-	struct bio *list = c->wait_head;
+	struct bio *bio;
 
-	c->wait_head = NULL;
-	c->wait_tail = &c->wait_head;
-	while (list) {
-		struct bio *bio = list;
-
-		list = bio->bi_next;
-		bio->bi_next = NULL;
-		c->q->inflight--;
+	while ((bio = conn_take_waiting(c)))
 		ioq_defer_end(c->q, bio, err);
-	}
 }
 
 static const char *conn_name(const struct remote_conn *c)
@@ -512,7 +576,8 @@ static void conn_drop(struct remote_conn *c, const char *why)
 static void conn_ready(struct remote_conn *c)
 {
 	struct remote_info now;
-	struct bio *list;
+	struct blk_plug plug;
+	struct bio *bio;
 	char why[160];
 
 	if (remote_info_read(c->h, &now) ||
@@ -529,20 +594,15 @@ static void conn_ready(struct remote_conn *c)
 	c->idle_ns = engine_now_ns();
 	conn_timer_stop(c);
 	member_up(c);
-	list = c->wait_head;
-	c->wait_head = NULL;
-	c->wait_tail = &c->wait_head;
-	while (list) {
-		struct bio *bio = list;
-
-		list = bio->bi_next;
-		bio->bi_next = NULL;
-		c->q->inflight--;
-		if (likely(c->state == RC_READY))
-			conn_issue(c, bio);
-		else /* it died under the first ones */
+	/* Plugged, so that the pieces of a large request go merged. */
+	blk_start_plug(&plug);
+	while ((bio = conn_take_waiting(c))) {
+		if (unlikely(c->state != RC_READY)) /* it died under the first */
 			ioq_defer_end(c->q, bio, -EIO);
+		else if (!bio_has_data(bio) || !blk_plug_add(&c->rt->t, bio))
+			conn_issue(c, bio);
 	}
+	blk_finish_plug(&plug);
 }
 
 /* Where libnbd stands after it ran: act on a change of state. */
@@ -567,13 +627,28 @@ static void conn_check(struct remote_conn *c)
 	conn_rearm(c);
 }
 
+static bool conn_readable(const struct remote_conn *c)
+{
+	struct pollfd pfd = { .fd = c->poll.fd, .events = POLLIN };
+
+	return poll(&pfd, 1, 0) > 0;
+}
+
 static void conn_poll_fn(struct ioq_poll *p, unsigned int revents)
 {
 	struct remote_conn *c = container_of(p, struct remote_conn, poll);
 
 	if (!c->h)
 		return;
-	if (revents & (POLLIN | POLLERR | POLLHUP))
+	/*
+	 * The readiness was seen when the event was posted; libnbd may have
+	 * read that data since (its state machine reads in other calls
+	 * too).  A stale "readable" is not harmless: libnbd pauses a write
+	 * whose payload is half sent to read a reply, and finding none it
+	 * waits for one, while the remote waits for the rest of the payload.
+	 * So look again before saying so.
+	 */
+	if ((revents & (POLLIN | POLLERR | POLLHUP)) && conn_readable(c))
 		(void)nbd_aio_notify_read(c->h);
 	if (c->h && (revents & POLLOUT) &&
 	    (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE))
@@ -742,6 +817,31 @@ static void issue_rw(struct remote_conn *c, struct remote_io *io,
 	}
 }
 
+/* A merged run: its buffer, in commands of at most cmd_max. */
+static void issue_run(struct remote_conn *c, struct remote_io *io, bool write,
+		      uint32_t flags)
+{
+	uint64_t off = bio_offset_bytes(io->bio);
+	uint32_t max = c->rt->cmd_max;
+
+	if (write)
+		io_run_copy(io, true);
+	for (uint64_t done = 0; done < io->len && !io->err;) {
+		uint32_t n = io->len - done < max ? (uint32_t)(io->len - done) :
+						    max;
+		int64_t r;
+
+		io->pending++;
+		r = write ? nbd_aio_pwrite(c->h, io->bounce + done, n,
+					   off + done, CB(io_cmd_cb, io), flags) :
+			    nbd_aio_pread(c->h, io->bounce + done, n,
+					  off + done, CB(io_cmd_cb, io), 0);
+		if (r == -1)
+			io_cmd_failed(io);
+		done += n;
+	}
+}
+
 /* Trim or zero: ranges of at most REMOTE_RANGE_MAX. */
 static void issue_range(struct remote_conn *c, struct remote_io *io,
 			bool zero, uint32_t flags)
@@ -787,17 +887,37 @@ static void issue_zero_writes(struct remote_conn *c, struct remote_io *io,
 	}
 }
 
-static void conn_issue(struct remote_conn *c, struct bio *bio)
+/*
+ * Send @nr bios: one, or (reads and writes only) a run that follows each
+ * other on the remote, same op and flags, merged through a buffer.
+ */
+static void conn_issue_run(struct remote_conn *c, struct bio **bios,
+			   unsigned int nr)
 {
 	const struct remote_info *in = &c->rt->info;
+	struct bio *bio = bios[0];
 	bool fua = bio->bi_opf & REQ_FUA;
 	struct remote_io *io = io_get(c);
 	uint32_t flags;
 
+	if (io && nr > 1) {
+		for (unsigned int i = 0; i < nr; i++) {
+			io->bios[i] = bios[i];
+			io->len += bios[i]->bi_iter.bi_size;
+		}
+		io->bounce = malloc(io->len);
+		if (!io->bounce) {
+			io->next = c->free_ios;
+			c->free_ios = io;
+			io = NULL;
+		}
+	}
 	if (!io) {
-		ioq_defer_end(c->q, bio, -ENOMEM);
+		for (unsigned int i = 0; i < nr; i++)
+			ioq_defer_end(c->q, bios[i], -ENOMEM);
 		return;
 	}
+	io->nr_bios = nr;
 	io->bio = bio;
 	io->pending = 1; /* ours, while issuing */
 	c->q->inflight++;
@@ -813,10 +933,16 @@ static void conn_issue(struct remote_conn *c, struct bio *bio)
 
 	switch (bio_op(bio)) {
 	case REQ_OP_READ:
-		issue_rw(c, io, false, 0);
+		if (nr > 1)
+			issue_run(c, io, false, 0);
+		else
+			issue_rw(c, io, false, 0);
 		break;
 	case REQ_OP_WRITE:
-		issue_rw(c, io, true, flags);
+		if (nr > 1)
+			issue_run(c, io, true, flags);
+		else
+			issue_rw(c, io, true, flags);
 		break;
 	case REQ_OP_FLUSH:
 		io->pending++;
@@ -868,6 +994,11 @@ static void conn_issue(struct remote_conn *c, struct bio *bio)
 	conn_run_flushes(c);
 	/* The commands may not all have fit in the socket: watch for room. */
 	conn_rearm(c);
+}
+
+static void conn_issue(struct remote_conn *c, struct bio *bio)
+{
+	conn_issue_run(c, &bio, 1);
 }
 
 /*
@@ -922,11 +1053,13 @@ static bool conn_idle_dead(struct remote_conn *c)
 			  errno != EINTR);
 }
 
+static void remote_queue(struct remote_target *rt, struct ioq *q,
+			 struct bio *bio);
+
 static void remote_submit(struct target *t, struct bio *bio)
 {
 	struct remote_target *rt = to_rt(t);
 	struct ioq *q = ioq_current();
-	struct remote_conn *c;
 	int r;
 
 	member_acct_start(t, rt->stats, bio);
@@ -934,10 +1067,7 @@ static void remote_submit(struct target *t, struct bio *bio)
 		bio_io_error(bio, -ENXIO);
 		return;
 	}
-	if (unlikely(rt->info.readonly && bio_op(bio) != REQ_OP_READ &&
-		     bio_op(bio) != REQ_OP_FLUSH &&
-		     bio_op(bio) != REQ_OP_CACHE &&
-		     bio_op(bio) != REQ_OP_EXTENTS)) {
+	if (unlikely(rt->info.readonly && op_is_write(bio_op(bio)))) {
 		ioq_defer_end(q, bio, -EPERM);
 		return;
 	}
@@ -946,7 +1076,17 @@ static void remote_submit(struct target *t, struct bio *bio)
 		ioq_defer_end(q, bio, r);
 		return;
 	}
-	c = conn_get(rt, q);
+	if (bio_has_data(bio) && blk_plug_add(t, bio))
+		return;
+	remote_queue(rt, q, bio);
+}
+
+/* @bio to its connection: sent now, or once the connection is made. */
+static void remote_queue(struct remote_target *rt, struct ioq *q,
+			 struct bio *bio)
+{
+	struct remote_conn *c = conn_get(rt, q);
+
 	if (unlikely(!c)) {
 		ioq_defer_end(q, bio, -ENOMEM);
 		return;
@@ -975,6 +1115,34 @@ static void remote_submit(struct target *t, struct bio *bio)
 		conn_connect(c);
 }
 
+/*
+ * Plugged reads and writes: a run that follows each other on the remote
+ * goes as one command when the connection is up; anything else the usual
+ * way, bio by bio.
+ */
+static void remote_unplug(struct target *t, struct bio **bios,
+			  unsigned int nr)
+{
+	struct remote_target *rt = to_rt(t);
+	struct ioq *q = ioq_current();
+	struct remote_conn *c = conn_get(rt, q);
+	unsigned int i = 0;
+
+	while (i < nr) {
+		unsigned int n = bio_run_len(bios + i, nr - i,
+					     REMOTE_MERGE_MAX);
+
+		if (n > 1 && c && c->state == RC_READY &&
+		    (c->head || !conn_idle_dead(c))) {
+			conn_issue_run(c, bios + i, n);
+			i += n;
+			continue;
+		}
+		for (unsigned int end = i + n; i < end; i++)
+			remote_queue(rt, q, bios[i]);
+	}
+}
+
 static void remote_destroy(struct target *t)
 {
 	struct remote_target *rt = to_rt(t);
@@ -997,6 +1165,7 @@ static void remote_destroy(struct target *t)
 static const struct target_ops remote_target_ops = {
 	.submit = remote_submit,
 	.destroy = remote_destroy,
+	.unplug = remote_unplug,
 };
 
 struct io_stats *remote_target_stats(struct target *t)

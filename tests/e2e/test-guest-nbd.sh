@@ -62,9 +62,11 @@ kernel=/boot/vmlinuz-$kver
 
 accel=(-accel tcg -cpu max)
 if [[ -r /dev/kvm && -w /dev/kvm ]]; then
-    if echo quit | timeout 20 qemu-system-x86_64 -accel kvm -machine none \
-        -display none -nodefaults -no-user-config -monitor stdio \
-        >/dev/null 2>&1; then
+    # A vCPU as the guest's, set up and reset: some nested hosts open
+    # /dev/kvm but fail there (qemu aborts on an MSR it cannot set).
+    if echo quit | timeout 20 qemu-system-x86_64 -accel kvm -cpu host -S \
+        -m 64 -smp 2 -display none -nodefaults -no-user-config \
+        -monitor stdio >/dev/null 2>&1; then
         accel=(-accel kvm -cpu host)
     fi
 fi

@@ -12,6 +12,8 @@
 #    images: fio verify over 4 connections (4K to 4M), qemu-img, nbdcopy,
 #    and every chunk on the image and offset the layout rule names (read
 #    back with `rbd export`).
+#  - The pieces of a large request that lie back to back on an image go
+#    as one request (the OSD counts one write and one read per image).
 #  - conf=, id=, keyring=: a client of its own with only RBD rights.
 #  - Faults: an OSD that stops answering fails requests with EIO after the
 #    timeout, and serves again once it is back; the OSD stopped and
@@ -176,6 +178,40 @@ stop_server
 export_image m1 m1.rbd
 export_image m3 m3.rbd
 check_layout vol.raw f0.img m1.rbd f2.img m3.rbd
+
+# --- the pieces of a large request on one image go as one request ------------
+log "merged requests"
+for i in ma mb; do
+    # layering only: no object map, whose updates would be OSD writes too.
+    rbd_cmd create --size 16M --image-feature layering "rbd/$i" || die "rbd create $i"
+done
+# osd_ops: the OSD's count of client writes and reads so far.
+osd_ops() {
+    ceph --conf "$CEPH_CONF" --admin-daemon "$CEPH_DIR/run/osd.0.asok" \
+        perf dump 2>/dev/null |
+        py -c 'import json,sys; d=json.load(sys.stdin)["osd"]; print(d["op_w"], d["op_r"])'
+}
+start_server --stripe-size 64K rbd:rbd/ma rbd:rbd/mb
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "before the merged requests"
+from nbd_e2e import connect
+h = connect()
+for off in (0, 65536):   # both images: connected, exclusive lock taken
+    h.pwrite(b"w" * 4096, off)
+    h.pread(4096, off)
+PY
+read -r w0 r0 < <(osd_ops)
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "merged requests"
+from nbd_e2e import connect
+h = connect()
+data = bytes(range(256)) * 2048   # 512K: 4 chunks on each image, back to back
+h.pwrite(data, 1 << 20)
+assert h.pread(512 << 10, 1 << 20) == data
+PY
+read -r w1 r1 < <(osd_ops)
+stop_server
+# One write and one read per image (one RADOS object each), not 4 of each.
+[[ $((w1 - w0)) -eq 2 && $((r1 - r0)) -eq 2 ]] ||
+    die "a 512K request over 2 images: $((w1 - w0)) OSD writes, $((r1 - r0)) reads (expected 2 and 2)"
 
 # --- a client of its own: conf=, id=, keyring= ------------------------------
 log "conf=, id=, keyring="

@@ -22,6 +22,11 @@
 #    the size asked, one that is not there, one given twice, a mirror of
 #    remotes: one-line refusals.  A read-only remote makes the volume
 #    read-only (reads work, writes get EPERM).
+#  - The pieces of one large request that lie back to back on a remote
+#    reach it as one command (the remotes' logs show it).
+#  - TLS to the remotes: an nbdkit and a bionbd that require TLS with a
+#    pre-shared key, reached as nbds+unix:// with tls-psk-file=: the layout
+#    check; the wrong key and a plaintext URI are one-line refusals.
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -40,7 +45,10 @@ start_remote() {
     local name=$1 n
     shift
     rm -f "r-$name.sock"
-    start_bg nbdkit -f --exit-with-parent -U "$tmp/r-$name.sock" "$@" \
+    # -t 4: with the plugin every nbdkit thread of the volume has its own
+    # connection to each remote, and each of those gets nbdkit's threads:
+    # its default of 16 makes thousands of threads on a 2-core machine.
+    start_bg nbdkit -f --exit-with-parent -t 4 -U "$tmp/r-$name.sock" "$@" \
         </dev/null >"r-$name.log" 2>&1
     RPID[$name]=$BG_PID
     for ((n = 0; n < 200; n++)); do
@@ -88,6 +96,7 @@ def member_read(i, moff, length):
     m = members[i]
     if m.startswith("nbd"):
         c = nbd.NBD()
+        c.set_uri_allow_local_file(True)   # tls-psk-file=
         c.connect_uri(m)
         try:
             return c.pread(length, moff)
@@ -113,7 +122,7 @@ for r in 0 1 2 3; do start_remote "$r" memory 32M; done
 uris=("$(ruri 0)" "$(ruri 1)" "$(ruri 2)" "$(ruri 3)")
 for be in io_uring threads; do
     log "4 nbdkit-memory remotes, backend $be"
-    start_server --backend "$be" --stripe-size 64K "${uris[@]}"
+    start_server --timeout 30 --backend "$be" --stripe-size 64K "${uris[@]}"
     [[ $(nbdinfo --size "$NBD_URI") -eq $((128 << 20)) ]] ||
         die "size: expected 4 x 32M"
     check_layout "${uris[@]}"
@@ -140,8 +149,10 @@ PY
     stop_server
 done
 
-# qemu-img, nbdcopy and fio verify (io_uring).
-start_server --stripe-size 64K "${uris[@]}"
+# qemu-img, nbdcopy and fio verify (io_uring).  These sections have a
+# long --timeout: a loaded 2-core CI machine can stall a remote for
+# seconds, and they test data, not timeouts (those have theirs below).
+start_server --timeout 30 --stripe-size 64K "${uris[@]}"
 # The whole volume: its zero part goes down as write-zeroes.
 truncate -s 128M img.raw
 head -c 24M /dev/urandom | dd of=img.raw conv=notrunc status=none
@@ -172,13 +183,13 @@ for r in 0 1 2 3; do
     bmembers+=("nbd+unix:///?socket=$tmp/rb$r.sock")
 done
 log "4 bionbd remotes"
-start_server --stripe-size 64K "${bmembers[@]}"
+start_server --timeout 30 --stripe-size 64K "${bmembers[@]}"
 check_layout "${bmembers[@]}"
 stop_server
 log "2 files and 2 remotes"
 truncate -s 32M f0.img f2.img
 mix=("$tmp/f0.img" "$(ruri 1)" "$tmp/f2.img" "$(ruri 3)")
-start_server --stripe-size 64K "${mix[@]}"
+start_server --timeout 30 --stripe-size 64K "${mix[@]}"
 check_layout "${mix[@]}"
 stop_server
 
@@ -344,4 +355,48 @@ PY
 stop_server
 server_refuses_once --level raid1 --size 16M "$(ruri 0)" "$(ruri 1)"
 expect_grep "a remote member serves only a raid0 volume" "$SERVER_ERR"
+
+# --- TLS to the remotes: nbds+unix:// with a pre-shared key ----------------------
+log "TLS remotes (PSK)"
+make_tls_keys "$tmp/keys"
+K=$tmp/keys
+start_remote tls1 --tls=require --tls-psk="$K/psk/keys.psk" memory 32M
+truncate -s 32M tls2.img
+rm -f rtls2.sock
+start_bg "$BIONBD" -f -U "$tmp/rtls2.sock" --tls require \
+    --tls-psk "$K/psk/keys.psk" "$tmp/tls2.img" </dev/null >rtls2.log 2>&1
+for ((n = 0; n < 200; n++)); do [[ -S rtls2.sock ]] && break; sleep 0.05; done
+tls_uri() { echo "nbds+unix://alice@/?socket=$tmp/$1&tls-psk-file=$2"; }
+tmembers=("$(tls_uri r-tls1.sock "$K/psk/keys.psk")"
+          "$(tls_uri rtls2.sock "$K/psk/keys.psk")")
+start_server --timeout 30 --stripe-size 64K "${tmembers[@]}"
+check_layout "${tmembers[@]}"
+stop_server
+# The wrong key, and no TLS at all: refused, in one line.
+server_refuses_once "$(tls_uri r-tls1.sock "$K/wrong.psk")"
+expect_grep "r-tls1.sock" "$SERVER_ERR"
+server_refuses_once "nbd+unix:///?socket=$tmp/rtls2.sock"
+expect_grep "rtls2.sock" "$SERVER_ERR"
+
+# --- the pieces of a large request on one remote go as one command ---------------
+log "merged commands"
+start_remote m0 --filter=log memory 32M logfile="$tmp/m0.log"
+start_remote m1 --filter=log memory 32M logfile="$tmp/m1.log"
+start_server --stripe-size 64K "$(ruri m0)" "$(ruri m1)"
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "merged commands"
+from nbd_e2e import connect
+h = connect()
+h.pread(128 << 10, 0)     # connected to both: a run waits for no connection
+data = bytes(range(256)) * 2048          # 512K: chunks 0-7, 4 on each remote
+h.pwrite(data, 1 << 20)
+assert h.pread(512 << 10, 1 << 20) == data
+PY
+stop_server
+for m in m0 m1; do
+    # Member offset 512K (volume 1M = chunk 16, row 8), 4 chunks = 256K.
+    expect_grep "Write id=[0-9]* offset=0x80000 count=0x40000 " "$tmp/$m.log"
+    expect_grep "Read id=[0-9]* offset=0x80000 count=0x40000 " "$tmp/$m.log"
+done
+stop_remote m0
+stop_remote m1
 log "ok"

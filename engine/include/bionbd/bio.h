@@ -169,6 +169,7 @@ static inline enum req_op bio_op(const struct bio *bio)
 	return (enum req_op)(bio->bi_opf & REQ_OP_MASK);
 }
 
+/* Does @op change data (write, discard, write-zeroes: the odd ones)? */
 static inline bool op_is_write(enum req_op op)
 {
 	return op & 1;
