@@ -472,7 +472,6 @@ static int io_extents_done_cb(void *user_data, int *error)
 	return io_cmd_cb(user_data, error);
 }
 
-/* Fail every bio waiting for the connection with @err. */
 /* Take the next bio waiting for the connection (no longer in flight). */
 static struct bio *conn_take_waiting(struct remote_conn *c)
 {
@@ -488,6 +487,7 @@ static struct bio *conn_take_waiting(struct remote_conn *c)
 	return bio;
 }
 
+/* Fail every bio waiting for the connection with @err. */
 static void conn_fail_waiting(struct remote_conn *c, int err)
 {
 	struct bio *bio;
