@@ -389,9 +389,15 @@ static int rbd_errno(ssize_t r)
 	}
 }
 
-/* The member's timeouts: one line when they start, one when they end. */
+/*
+ * The member's timeouts: one line when they start, one when they end.
+ * True when @ret (librbd's answer, or -ENOTCONN: never sent, the member
+ * is not connected) was said for the member already, not per bio.
+ */
 static bool rbd_note_answer(struct rbd_target *rt, ssize_t ret)
 {
+	if (ret == -ENOTCONN)
+		return true; /* the connector's line */
 	if (ret == -ETIMEDOUT) {
 		if (!atomic_exchange(&rt->stalled, true))
 			target_notice(TARGET_NOTICE_ERROR,
@@ -399,7 +405,8 @@ static bool rbd_note_answer(struct rbd_target *rt, ssize_t ret)
 				      rt->t.name, rt->timeout_ms);
 		return true;
 	}
-	if (unlikely(atomic_load_explicit(&rt->stalled,
+	if (ret >= 0 &&
+	    unlikely(atomic_load_explicit(&rt->stalled,
 					  memory_order_relaxed)) &&
 	    atomic_exchange(&rt->stalled, false))
 		target_notice(TARGET_NOTICE_INFO, "member %s: answering again",
@@ -720,7 +727,7 @@ static void rbd_send(struct rbd_target *rt, struct ioq *q, struct bio **bios,
 		return;
 	image = atomic_load_explicit(&rt->image, memory_order_acquire);
 	if (unlikely(!image)) {
-		io->ret = -EIO;
+		io->ret = -ENOTCONN;
 		io_end(p, io, -EIO);
 		return;
 	}
@@ -931,7 +938,7 @@ static void *rbd_connector(void *arg)
 		struct rbd_io *io = list;
 
 		list = io->next;
-		io->ret = r ? -EIO : 0;
+		io->ret = r ? -ENOTCONN : 0;
 		io->issue = !r;
 		io_to_port(io);
 	}
