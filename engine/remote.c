@@ -829,13 +829,14 @@ static void issue_run(struct remote_conn *c, struct remote_io *io, bool write,
 	for (uint64_t done = 0; done < io->len && !io->err;) {
 		uint32_t n = io->len - done < max ? (uint32_t)(io->len - done) :
 						    max;
+		char *buf = io->bounce + done;
 		int64_t r;
 
 		io->pending++;
-		r = write ? nbd_aio_pwrite(c->h, io->bounce + done, n,
-					   off + done, CB(io_cmd_cb, io), flags) :
-			    nbd_aio_pread(c->h, io->bounce + done, n,
-					  off + done, CB(io_cmd_cb, io), 0);
+		r = write ? nbd_aio_pwrite(c->h, buf, n, off + done,
+					   CB(io_cmd_cb, io), flags) :
+			    nbd_aio_pread(c->h, buf, n, off + done,
+					  CB(io_cmd_cb, io), 0);
 		if (r == -1)
 			io_cmd_failed(io);
 		done += n;

@@ -553,7 +553,8 @@ static char *resolve_path(const struct parser *p, const char *value)
 	size_t n;
 	char *r;
 
-	if (!p->basedir || value[0] == '/' || !value[0] || member_is_remote(value))
+	if (!p->basedir || value[0] == '/' || !value[0] ||
+	    member_is_remote(value))
 		return strdup(value);
 	n = strlen(p->basedir) + 1 + strlen(value) + 1;
 	r = malloc(n);

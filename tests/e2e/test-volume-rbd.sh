@@ -15,6 +15,8 @@
 #  - The pieces of a large request that lie back to back on an image go
 #    as one request (the OSD counts one write and one read per image).
 #  - conf=, id=, keyring=: a client of its own with only RBD rights.
+#  - A member whose I/O connection is refused (read-only caps): EIO at
+#    once, said once; connected and serving once the caps allow it.
 #  - Faults: an OSD that stops answering fails requests with EIO after the
 #    timeout, and serves again once it is back; the OSD stopped and
 #    restarted under fio: EIO replies, no hang, the other export
@@ -256,6 +258,53 @@ server_refuses_once rbd:rbd/s0 rbd:rbd/s0
 expect_grep "listed twice" "$SERVER_ERR"
 server_refuses_once --level raid1 --size 16M rbd:rbd/s0 rbd:rbd/s1
 expect_grep "a remote member serves only a raid0 volume" "$SERVER_ERR"
+
+# --- a member that cannot be connected for I/O -----------------------------------
+# Read-only caps: the probe (a read-only open) passes, the connection for
+# I/O (a read-write open) is refused.  Its requests fail at once with EIO,
+# said once; given the rights, the next try connects.
+log "a member that cannot be connected for I/O"
+ceph_cmd auth get-or-create client.ro mon 'profile rbd' \
+    osd 'profile rbd-read-only pool=rbd' >ro.keyring 2>/dev/null || die "ceph auth ro"
+ro="rbd:rbd/s1:id=ro:keyring=$tmp/ro.keyring"
+start_server -v "$ro"
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "a member that cannot be connected"
+import time, nbd
+from nbd_e2e import connect
+h = connect()
+for i in range(3):
+    for op in (lambda: h.pread(4096, 0), lambda: h.pwrite(b"r" * 4096, 0)):
+        t = time.monotonic()
+        try:
+            op()
+            raise SystemExit("I/O to a member that is not connected succeeded")
+        except nbd.Error as e:
+            assert e.errno == "EIO", e
+        assert time.monotonic() - t < 10, "EIO took as long as the timeout"
+    time.sleep(0.6)   # past the retry interval (1 s) at least once
+PY
+n=$(grep -c "rbd/s1:id=ro:.*Operation not permitted; its requests fail with EIO" "$SERVER_LOG" || :)
+[[ $n -eq 1 ]] || die "expected the member's failure said once, got $n lines"
+# ... and not once per request as well.
+expect_no_grep "rbd/s1:id=ro:.* at offset .*Input/output error" "$SERVER_LOG"
+ceph_cmd auth caps client.ro mon 'profile rbd' osd 'profile rbd pool=rbd' \
+    >/dev/null 2>&1 || die "ceph auth caps"
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "after the rights were given"
+import time, nbd
+from nbd_e2e import connect
+h = connect()
+for i in range(40):
+    try:
+        h.pwrite(b"R" * 4096, 0)
+        assert h.pread(4096, 0) == b"R" * 4096
+        break
+    except nbd.Error:
+        time.sleep(0.25)
+else:
+    raise SystemExit("the member did not connect once it could")
+PY
+expect_grep "rbd/s1:id=ro:.*: connected" "$SERVER_LOG"
+stop_server
 
 # --- faults ----------------------------------------------------------------------
 osd_pid() { cat "$tmp/ceph/run/osd.0.pid"; }
