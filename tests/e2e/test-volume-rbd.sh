@@ -41,11 +41,14 @@ done
 make_tmpdir
 cd "$tmp"
 
+# BlueStore needs O_DIRECT: /var/tmp, since /tmp may be a tmpfs.
+cdir=$(mktemp -d /var/tmp/test-ceph.XXXXXX)
+on_exit "rm -rf '$cdir'"
 on_exit ceph_stop
 t0=$SECONDS
-ceph_start "$tmp/ceph" 3072 || die "the Ceph cluster did not start"
+ceph_start "$cdir" 3072 || die "the Ceph cluster did not start"
 log "Ceph cluster up in $((SECONDS - t0)) s"
-show_log_on_failure "$tmp/ceph/log/osd.0.log"
+show_log_on_failure "$cdir/log/osd.0.log"
 for i in single:64M s0:16M s1:16M s2:16M s3:16M m1:16M m3:16M; do
     rbd_cmd create --size "${i#*:}" "rbd/${i%:*}" || die "rbd create $i"
 done
@@ -307,7 +310,7 @@ expect_grep "rbd/s1:id=ro:.*: connected" "$SERVER_LOG"
 stop_server
 
 # --- faults ----------------------------------------------------------------------
-osd_pid() { cat "$tmp/ceph/run/osd.0.pid"; }
+osd_pid() { cat "$cdir/run/osd.0.pid"; }
 cat >two.conf <<EOF
 [export ceph]
 file = rbd:rbd/s0
