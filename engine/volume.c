@@ -1152,16 +1152,10 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 	for (i = 0; i < n; i++, opened++) {
 		if (!paths[i])
 			continue; /* a mirror's member out of service */
-		if (remote_uri(paths[i])) {
-			r = remote_target_open(&t[i], paths[i], &ropts, errbuf,
-					       errlen);
-			if (r)
-				goto out;
-			continue;
-		}
-		if (rbd_member(paths[i])) {
-			r = rbd_target_open(&t[i], paths[i], &ropts, errbuf,
-					    errlen);
+		if (member_is_remote(paths[i])) {
+			r = (remote_uri(paths[i]) ? remote_target_open :
+						    rbd_target_open)(
+				&t[i], paths[i], &ropts, errbuf, errlen);
 			if (r)
 				goto out;
 			continue;
