@@ -167,13 +167,14 @@ struct sb_volume;
  * sbvol.c: stack the superblock keeper (clean flag, flock, role states,
  * bitmap, resync, spares) on @inner, the stripe or mirror of volume @v;
  * @paths by role (only roles in service are opened); @spares checked
- * already.  On success it owns @inner.
+ * already; @timeout_ms for remote members' metadata calls.  On success it
+ * owns @inner.
  */
 int sbvol_create(struct target **out, struct target *inner,
 		 const struct sb_volume *v, const char *const *paths,
 		 const char *const *spares, unsigned int nr_spares,
-		 const struct file_target_opts *fopts, char *errbuf,
-		 size_t errlen);
+		 const struct file_target_opts *fopts, unsigned int timeout_ms,
+		 char *errbuf, size_t errlen);
 
 /* ---- fault.c: fault and delay rules (fault.h) ---- */
 
@@ -211,6 +212,13 @@ bool fault_member_hits_volume(const struct fault_geom *g, unsigned int m,
 int fault_target_create(struct target **out, struct target *below,
 			struct fault_set *set, unsigned int member,
 			const struct fault_geom *g);
+
+/* remote.c, rbd.c: mdev_open (bionbd/mdev.h) for an NBD URI, an RBD image. */
+struct mdev;
+int remote_mdev_open(struct mdev **out, const char *uri, bool write,
+		     unsigned int timeout_ms, char *why, size_t whylen);
+int rbd_mdev_open(struct mdev **out, const char *member, bool write,
+		  unsigned int timeout_ms, char *why, size_t whylen);
 
 /* remote.c, rbd.c: the counters of such a member @t, NULL for another. */
 struct io_stats *remote_target_stats(struct target *t);

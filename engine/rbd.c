@@ -35,6 +35,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <bionbd/mdev.h>
+
 #include "internal.h"
 
 /*
@@ -58,6 +60,11 @@ struct rbd_cluster {
 	unsigned int timeout_ms;
 	unsigned int refs;
 	rados_t rados;
+	/*
+	 * The process that connected it: librados' threads do not survive a
+	 * fork, so a child never uses (nor shuts down) its parent's.
+	 */
+	pid_t pid;
 };
 
 struct rbd_target {
@@ -308,7 +315,8 @@ static int cluster_get(const struct rbd_spec *s, unsigned int timeout_ms,
 
 	pthread_mutex_lock(&rbd_lock);
 	for (cl = rbd_clusters; cl; cl = cl->next) {
-		if (same_str(cl->conf, s->conf) && same_str(cl->id, s->id) &&
+		if (cl->pid == getpid() && same_str(cl->conf, s->conf) &&
+		    same_str(cl->id, s->id) &&
 		    same_str(cl->keyring, s->keyring) &&
 		    cl->timeout_ms == timeout_ms) {
 			cl->refs++;
@@ -324,6 +332,7 @@ static int cluster_get(const struct rbd_spec *s, unsigned int timeout_ms,
 		return verr(errbuf, errlen, -ENOMEM, "out of memory");
 	cl->timeout_ms = timeout_ms;
 	cl->refs = 1;
+	cl->pid = getpid();
 	if ((s->conf && !(cl->conf = strdup(s->conf))) ||
 	    (s->id && !(cl->id = strdup(s->id))) ||
 	    (s->keyring && !(cl->keyring = strdup(s->keyring)))) {
@@ -1015,5 +1024,175 @@ int rbd_target_open(struct target **out, const char *member,
 		rt->t.trace_id =
 		    trace_obj_add(TRACE_OBJ_MEMBER, opts->trace_parent, member);
 	*out = &rt->t;
+	return 0;
+}
+
+/* ---- metadata I/O (mdev.h) ---- */
+
+/*
+ * An image handle of its own, made on open: librbd's synchronous calls
+ * are thread-safe and bounded by the cluster's op timeouts.  A process
+ * forked since (nbdkit and bionbd open volumes before they daemonize)
+ * leaves the parent's handles alone and opens its own.
+ */
+struct rbd_mdev {
+	struct mdev m;
+	pthread_mutex_t lock; /* opening */
+	struct rbd_target rt; /* cluster, ioctx, image and size only */
+	pid_t pid; /* whose handles rt holds */
+	bool write;
+};
+
+static rbd_image_t rbm_image(struct mdev *m, int *err)
+{
+	struct rbd_mdev *rm = container_of(m, struct rbd_mdev, m);
+	struct remote_opts opts = { .readonly = !rm->write,
+				    .timeout_ms = rm->rt.timeout_ms };
+	rbd_image_t image;
+	char why[256];
+
+	pthread_mutex_lock(&rm->lock);
+	if (rm->rt.image && rm->pid != getpid()) {
+		/* The parent's: its threads are not here to close it. */
+		rm->rt.image = NULL;
+		rm->rt.ioctx = NULL;
+		rm->rt.cl = NULL;
+	}
+	*err = 0;
+	if (!rm->rt.image)
+		*err = rbd_image_open(&rm->rt, rm->rt.t.name, &opts, why,
+				      sizeof(why));
+	if (!*err)
+		rm->pid = getpid();
+	image = rm->rt.image;
+	pthread_mutex_unlock(&rm->lock);
+	return image;
+}
+
+static int rbm_pread(struct mdev *m, void *buf, size_t len, uint64_t off)
+{
+	struct rbd_mdev *rm = container_of(m, struct rbd_mdev, m);
+	rbd_image_t image;
+	uint64_t size;
+	ssize_t n;
+	int r;
+
+	image = rbm_image(m, &r);
+	if (r)
+		return r;
+	size = rm->rt.t.size_bytes;
+	if (off > size || len > size - off) {
+		/* Past the end reads as zeros, as a file does. */
+		memset(buf, 0, len);
+		len = off < size ? (size_t)(size - off) : 0;
+	}
+	if (!len)
+		return 0;
+	n = rbd_read(image, off, len, buf);
+	return n < 0 ? (int)n : (size_t)n == len ? 0 : -EIO;
+}
+
+static int rbm_pwrite(struct mdev *m, const void *buf, size_t len,
+		      uint64_t off)
+{
+	struct rbd_mdev *rm = container_of(m, struct rbd_mdev, m);
+	rbd_image_t image = rbm_image(m, &(int){ 0 });
+	ssize_t n;
+
+	if (!image)
+		return -EIO;
+	if (off > rm->rt.t.size_bytes || len > rm->rt.t.size_bytes - off)
+		return -ENOSPC;
+	n = rbd_write(image, off, len, buf);
+	return n < 0 ? (int)n : (size_t)n == len ? 0 : -EIO;
+}
+
+static int rbm_zero(struct mdev *m, uint64_t off, uint64_t len)
+{
+	struct rbd_mdev *rm = container_of(m, struct rbd_mdev, m);
+	rbd_image_t image = rbm_image(m, &(int){ 0 });
+
+	if (!image)
+		return -EIO;
+	if (off > rm->rt.t.size_bytes || len > rm->rt.t.size_bytes - off)
+		return -ENOSPC;
+	/* In pieces a size_t and an OSD op take comfortably. */
+	while (len) {
+		size_t n = len < (64u << 20) ? (size_t)len : 64u << 20;
+		ssize_t w = rbd_write_zeroes(image, off, n, 0, 0);
+
+		if (w < 0)
+			return (int)w;
+		off += n;
+		len -= n;
+	}
+	return 0;
+}
+
+static int rbm_sync(struct mdev *m)
+{
+	rbd_image_t image = rbm_image(m, &(int){ 0 });
+
+	return image ? rbd_flush(image) : -EIO;
+}
+
+static int rbm_size(struct mdev *m, uint64_t *bytes)
+{
+	*bytes = container_of(m, struct rbd_mdev, m)->rt.t.size_bytes;
+	return 0;
+}
+
+static void rbm_close(struct mdev *m)
+{
+	struct rbd_mdev *rm = container_of(m, struct rbd_mdev, m);
+
+	if (rm->rt.image && rm->pid == getpid()) {
+		rbd_close(rm->rt.image);
+		rados_ioctx_destroy(rm->rt.ioctx);
+		cluster_put(rm->rt.cl);
+	}
+	pthread_mutex_destroy(&rm->lock);
+	free(rm->rt.t.name);
+	free(rm);
+}
+
+static const struct mdev_ops rbd_mdev_ops = {
+	.pread = rbm_pread,
+	.pwrite = rbm_pwrite,
+	.zero = rbm_zero,
+	.sync = rbm_sync,
+	.size = rbm_size,
+	.close = rbm_close,
+};
+
+int rbd_mdev_open(struct mdev **out, const char *member, bool write,
+		  unsigned int timeout_ms, char *why, size_t whylen)
+{
+	struct rbd_mdev *rm = calloc(1, sizeof(*rm));
+	struct remote_opts opts = { .readonly = !write,
+				    .timeout_ms = timeout_ms ?
+							  timeout_ms :
+							  RBD_TIMEOUT_MS_DEFAULT };
+	int r;
+
+	if (!rm || !(rm->rt.t.name = strdup(member))) {
+		free(rm);
+		return verr(why, whylen, -ENOMEM, "out of memory");
+	}
+	rm->m.ops = &rbd_mdev_ops;
+	rm->m.fd = -1;
+	rm->write = write;
+	rm->rt.timeout_ms = opts.timeout_ms;
+	pthread_mutex_init(&rm->lock, NULL);
+	r = rbd_image_open(&rm->rt, member, &opts, why, whylen);
+	if (!r && write && rm->rt.t.readonly)
+		r = verr(why, whylen, -EROFS,
+			 "member %s: a snapshot is read-only", member);
+	if (r) {
+		rbm_close(&rm->m);
+		return r;
+	}
+	rm->pid = getpid();
+	*out = &rm->m;
 	return 0;
 }

@@ -26,6 +26,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include <bionbd/mdev.h>
+
 #include "internal.h"
 
 #define REMOTE_TIMEOUT_MS_DEFAULT 5000u
@@ -222,45 +224,82 @@ static int remote_info_read(struct nbd_handle *h, struct remote_info *info)
 	return 0;
 }
 
+/*
+ * Run @h until it is connected (@cookie 0) or command @cookie is done, but
+ * not past @end_ns.  0, or -errno: -ETIMEDOUT, the connection's error, or
+ * the command's.
+ */
+static int handle_wait(struct nbd_handle *h, int64_t cookie, uint64_t end_ns)
+{
+	for (;;) {
+		uint64_t now = engine_now_ns();
+
+		if (cookie) {
+			int done = nbd_aio_command_completed(h, cookie);
+
+			if (done == 1)
+				return 0;
+			if (done == -1)
+				return remote_errno();
+		} else if (nbd_aio_is_ready(h)) {
+			return 0;
+		}
+		if (nbd_aio_is_dead(h) || nbd_aio_is_closed(h))
+			return remote_errno();
+		if (now >= end_ns)
+			return -ETIMEDOUT;
+		if (nbd_poll(h, (int)((end_ns - now + 999999) / 1000000)) == -1)
+			return remote_errno();
+	}
+}
+
+static unsigned int timeout_or_default(unsigned int timeout_ms)
+{
+	return timeout_ms ? timeout_ms : REMOTE_TIMEOUT_MS_DEFAULT;
+}
+
+/* A handle connected within @timeout_ms, or NULL with a message. */
+static struct nbd_handle *remote_connect_sync(const char *uri,
+					      unsigned int timeout_ms,
+					      int *err, char *errbuf,
+					      size_t errlen)
+{
+	uint64_t end = engine_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	struct nbd_handle *h = remote_handle(errbuf, errlen, uri);
+	int r;
+
+	if (!h) {
+		*err = -EIO;
+		return NULL;
+	}
+	r = handle_wait(h, 0, end);
+	if (!r)
+		return h;
+	if (r == -ETIMEDOUT)
+		verr(errbuf, errlen, r, "member %s: no answer within %u ms",
+		     uri, timeout_ms);
+	else
+		verr(errbuf, errlen, r, "member %s: %s", uri, nbd_get_error());
+	*err = r;
+	nbd_close(h);
+	return NULL;
+}
+
 int remote_probe(const char *uri, unsigned int timeout_ms,
 		 struct remote_info *info, char *errbuf, size_t errlen)
 {
-	uint64_t end = engine_now_ns() +
-		       (uint64_t)(timeout_ms ? timeout_ms :
-					       REMOTE_TIMEOUT_MS_DEFAULT) *
-			       1000000u;
-	struct nbd_handle *h = remote_handle(errbuf, errlen, uri);
+	struct nbd_handle *h;
 	int r = 0;
 
+	h = remote_connect_sync(uri, timeout_or_default(timeout_ms), &r,
+				errbuf, errlen);
 	if (!h)
-		return -EIO;
-	while (!nbd_aio_is_ready(h)) {
-		uint64_t now = engine_now_ns();
-
-		if (nbd_aio_is_dead(h) || nbd_aio_is_closed(h)) {
-			r = verr(errbuf, errlen, remote_errno(),
-				 "member %s: %s", uri, nbd_get_error());
-			goto out;
-		}
-		if (now >= end) {
-			r = verr(errbuf, errlen, -ETIMEDOUT,
-				 "member %s: no answer within %u ms", uri,
-				 timeout_ms ? timeout_ms :
-					      REMOTE_TIMEOUT_MS_DEFAULT);
-			goto out;
-		}
-		if (nbd_poll(h, (int)((end - now + 999999) / 1000000)) == -1) {
-			r = verr(errbuf, errlen, remote_errno(),
-				 "member %s: %s", uri, nbd_get_error());
-			goto out;
-		}
-	}
+		return r;
 	r = remote_info_read(h, info);
 	if (r)
 		verr(errbuf, errlen, r, "member %s: %s", uri, nbd_get_error());
 	else
 		(void)nbd_aio_disconnect(h, 0);
-out:
 	nbd_close(h);
 	return r;
 }
@@ -1222,4 +1261,224 @@ err:
 	free(rt->t.name);
 	free(rt);
 	return r;
+}
+
+/* ---- metadata I/O (mdev.h) ---- */
+
+/*
+ * One synchronous connection, made on open and again after a failure.
+ * Calls are serialized: each drives the handle with nbd_poll itself, and
+ * the mirror's hooks and its bitmap daemon may call from two threads.
+ */
+struct remote_mdev {
+	struct mdev m;
+	pthread_mutex_t lock;
+	struct nbd_handle *h; /* NULL: connect on the next call */
+	char *uri;
+	bool write;
+	unsigned int timeout_ms;
+	struct remote_info info; /* of the first connection */
+};
+
+enum rm_op { RM_READ, RM_WRITE, RM_ZERO, RM_FLUSH };
+
+static int rm_connect(struct remote_mdev *rm, char *why, size_t whylen)
+{
+	struct remote_info info;
+	struct nbd_handle *h;
+	int r = 0;
+
+	if (rm->h)
+		return 0;
+	h = remote_connect_sync(rm->uri, rm->timeout_ms, &r, why, whylen);
+	if (!h)
+		return r;
+	r = remote_info_read(h, &info);
+	if (r)
+		verr(why, whylen, r, "member %s: %s", rm->uri,
+		     nbd_get_error());
+	else if (rm->write && info.readonly)
+		r = verr(why, whylen, -EROFS,
+			 "member %s: the remote export is read-only", rm->uri);
+	else if (rm->info.size_bytes &&
+		 info.size_bytes != rm->info.size_bytes)
+		r = verr(why, whylen, -ESTALE,
+			 "member %s: %llu bytes now, %llu before: refused",
+			 rm->uri, (unsigned long long)info.size_bytes,
+			 (unsigned long long)rm->info.size_bytes);
+	if (r) {
+		nbd_close(h);
+		return r;
+	}
+	rm->info = info;
+	rm->h = h;
+	return 0;
+}
+
+/* One command on the connected handle, waited for up to the timeout. */
+static int rm_cmd(struct remote_mdev *rm, enum rm_op op, void *buf,
+		  uint64_t len, uint64_t off)
+{
+	uint64_t end = engine_now_ns() + (uint64_t)rm->timeout_ms * 1000000u;
+	int64_t cookie = -1;
+
+	switch (op) {
+	case RM_READ:
+		cookie = nbd_aio_pread(rm->h, buf, len, off,
+				       NBD_NULL_COMPLETION, 0);
+		break;
+	case RM_WRITE:
+		cookie = nbd_aio_pwrite(rm->h, buf, len, off,
+					NBD_NULL_COMPLETION, 0);
+		break;
+	case RM_ZERO:
+		cookie = nbd_aio_zero(rm->h, len, off, NBD_NULL_COMPLETION, 0);
+		break;
+	case RM_FLUSH:
+		cookie = nbd_aio_flush(rm->h, NBD_NULL_COMPLETION, 0);
+		break;
+	}
+	return cookie == -1 ? remote_errno() : handle_wait(rm->h, cookie, end);
+}
+
+/* @op over [off, off + len) on the connected handle, in commands it takes. */
+static int rm_run(struct remote_mdev *rm, enum rm_op op, void *buf,
+		  uint64_t len, uint64_t off)
+{
+	static const char zeros[65536];
+	uint64_t size = rm->info.size_bytes;
+	int r = 0;
+
+	if (op == RM_FLUSH)
+		return rm->info.flush ? rm_cmd(rm, op, NULL, 0, 0) : 0;
+	if (off > size || len > size - off) {
+		if (op != RM_READ)
+			return -ENOSPC;
+		/* Past the end reads as zeros, as a file does. */
+		memset(buf, 0, len);
+		len = off < size ? size - off : 0;
+	}
+	for (uint64_t done = 0; done < len && !r;) {
+		uint64_t n = len - done;
+		uint64_t max = op == RM_ZERO && rm->info.zero ? REMOTE_RANGE_MAX :
+			       op == RM_ZERO ? sizeof(zeros) : rm->info.max_bytes;
+
+		n = n < max ? n : max;
+		if (op == RM_ZERO && !rm->info.zero)
+			r = rm_cmd(rm, RM_WRITE, (void *)zeros, n, off + done);
+		else
+			r = rm_cmd(rm, op, op == RM_ZERO ? NULL : (char *)buf + done,
+				   n, off + done);
+		done += n;
+	}
+	return r;
+}
+
+static int rm_call(struct mdev *m, enum rm_op op, void *buf, uint64_t len,
+		   uint64_t off)
+{
+	struct remote_mdev *rm = container_of(m, struct remote_mdev, m);
+	char why[256];
+	int r;
+
+	pthread_mutex_lock(&rm->lock);
+	for (int tries = 0;; tries++) {
+		bool fresh = !rm->h;
+
+		r = rm_connect(rm, why, sizeof(why));
+		if (r)
+			break;
+		r = rm_run(rm, op, buf, len, off);
+		if (!r || !remote_conn_errno(-r))
+			break;
+		nbd_close(rm->h);
+		rm->h = NULL;
+		/*
+		 * A connection kept since the last call may have been closed
+		 * by a remote that restarted meanwhile: once more on a new
+		 * one (every op here may be repeated), unless it timed out.
+		 */
+		if (fresh || tries || r == -ETIMEDOUT)
+			break;
+	}
+	pthread_mutex_unlock(&rm->lock);
+	return r;
+}
+
+static int rm_pread(struct mdev *m, void *buf, size_t len, uint64_t off)
+{
+	return rm_call(m, RM_READ, buf, len, off);
+}
+
+static int rm_pwrite(struct mdev *m, const void *buf, size_t len,
+		     uint64_t off)
+{
+	/* libnbd only reads a write's buffer. */
+	return rm_call(m, RM_WRITE, (void *)buf, len, off);
+}
+
+static int rm_zero(struct mdev *m, uint64_t off, uint64_t len)
+{
+	return rm_call(m, RM_ZERO, NULL, len, off);
+}
+
+static int rm_sync(struct mdev *m)
+{
+	return rm_call(m, RM_FLUSH, NULL, 0, 0);
+}
+
+static int rm_size(struct mdev *m, uint64_t *bytes)
+{
+	struct remote_mdev *rm = container_of(m, struct remote_mdev, m);
+
+	/* Checked again on every connection: it cannot change. */
+	*bytes = rm->info.size_bytes;
+	return 0;
+}
+
+static void rm_close(struct mdev *m)
+{
+	struct remote_mdev *rm = container_of(m, struct remote_mdev, m);
+
+	if (rm->h) {
+		(void)nbd_aio_disconnect(rm->h, 0);
+		nbd_close(rm->h);
+	}
+	pthread_mutex_destroy(&rm->lock);
+	free(rm->uri);
+	free(rm);
+}
+
+static const struct mdev_ops remote_mdev_ops = {
+	.pread = rm_pread,
+	.pwrite = rm_pwrite,
+	.zero = rm_zero,
+	.sync = rm_sync,
+	.size = rm_size,
+	.close = rm_close,
+};
+
+int remote_mdev_open(struct mdev **out, const char *uri, bool write,
+		     unsigned int timeout_ms, char *why, size_t whylen)
+{
+	struct remote_mdev *rm = calloc(1, sizeof(*rm));
+	int r;
+
+	if (!rm || !(rm->uri = strdup(uri))) {
+		free(rm);
+		return verr(why, whylen, -ENOMEM, "out of memory");
+	}
+	rm->m.ops = &remote_mdev_ops;
+	rm->m.fd = -1;
+	rm->write = write;
+	rm->timeout_ms = timeout_or_default(timeout_ms);
+	pthread_mutex_init(&rm->lock, NULL);
+	/* Connected now: an unreachable member shows at open. */
+	r = rm_connect(rm, why, whylen);
+	if (r) {
+		rm_close(&rm->m);
+		return r;
+	}
+	*out = &rm->m;
+	return 0;
 }

@@ -3,9 +3,11 @@
  * sbvol.c - the superblock side of an open self-describing volume.
  *
  * A target stacked on the stripe or the mirror that bios pass straight
- * through; what it adds is a descriptor per active member (opened before a
- * front end drops privileges, holding an exclusive flock(2) so that a
- * second writer is refused) and everything written through them:
+ * through; what it adds is a metadata handle (mdev.h) per active member
+ * (opened before a front end drops privileges; a local one holds an
+ * exclusive flock(2) so that a second writer is refused) and everything
+ * written through them, whatever the member is (a file, an NBD export or
+ * an RBD image):
  *
  *  - the clean flag: cleared while the volume is open, set again when it
  *    is closed after its final flush, so that an unclean shutdown shows;
@@ -20,15 +22,14 @@
  *    first live copy.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <bionbd/mdev.h>
 #include <bionbd/superblock.h>
 
 #include "internal.h"
@@ -39,11 +40,18 @@ struct sbvol {
 	bool mirror;
 	unsigned int nr;
 	uint64_t events; /* the superblocks' event counter */
-	int fds[SB_MAX_ROLES]; /* by role; -1: not in service */
-	/* Spares not taken yet (fd -1 once taken or found unusable). */
+	/*
+	 * The members' handles, and the spares' below: the mirror calls its
+	 * hooks from workers (a fault, under its lock), from its bitmap
+	 * daemon and its rebuild thread, and a fault closes a handle that
+	 * another hook may be using.  Every hook holds this while it looks.
+	 */
+	pthread_mutex_t md_lock;
+	struct mdev *md[SB_MAX_ROLES]; /* by role; NULL: not in service */
+	/* Spares not taken yet (NULL once taken or found unusable). */
 	unsigned int nr_spares;
 	char *spare_path[SB_MAX_ROLES];
-	int spare_fd[SB_MAX_ROLES];
+	struct mdev *spare_md[SB_MAX_ROLES];
 	struct file_target_opts fopts; /* for a spare's target */
 	uint32_t bitmap_regions; /* a mirror with a bitmap: its regions */
 };
@@ -79,13 +87,13 @@ static unsigned int sb_rewrite(struct sbvol *sv,
 		struct superblock sb;
 		int e;
 
-		if (sv->fds[i] < 0)
+		if (!sv->md[i])
 			continue;
-		e = sb_read(sv->fds[i], &sb, why, sizeof(why));
+		e = sb_read(sv->md[i], &sb, why, sizeof(why));
 		if (!e) {
 			edit(&sb, arg);
 			sb.utime = (uint64_t)time(NULL);
-			e = sb_write(sv->fds[i], &sb);
+			e = sb_write(sv->md[i], &sb);
 		}
 		if (!e)
 			written++;
@@ -108,7 +116,9 @@ static int sb_mark(struct sbvol *sv, bool clean)
 {
 	int err;
 
+	pthread_mutex_lock(&sv->md_lock);
 	sb_rewrite(sv, edit_clean, &clean, &err);
+	pthread_mutex_unlock(&sv->md_lock);
 	return err;
 }
 
@@ -150,15 +160,19 @@ static int sb_record(void *arg, const uint8_t *state,
 	struct sbvol *sv = arg;
 	struct state_edit se = { .state = state, .checkpoint = checkpoint,
 				 .nr = nr, .events = ++sv->events };
+	unsigned int written;
 	int err;
 
+	pthread_mutex_lock(&sv->md_lock);
 	for (unsigned int i = 0; i < nr && i < sv->nr; i++) {
-		if (state[i] == MIRROR_FAULTY && sv->fds[i] >= 0) {
-			close(sv->fds[i]);
-			sv->fds[i] = -1;
+		if (state[i] == MIRROR_FAULTY && sv->md[i]) {
+			mdev_close(sv->md[i]);
+			sv->md[i] = NULL;
 		}
 	}
-	if (sb_rewrite(sv, edit_states, &se, &err))
+	written = sb_rewrite(sv, edit_states, &se, &err);
+	pthread_mutex_unlock(&sv->md_lock);
+	if (written)
 		return 0;
 	return err ? err : -EIO;
 }
@@ -189,34 +203,15 @@ static int sb_progress(void *arg, unsigned int m, uint64_t checkpoint)
 {
 	struct sbvol *sv = arg;
 	struct role_edit re = { .role = m, .checkpoint = checkpoint };
+	unsigned int written;
 	int err;
 
-	if (sb_rewrite(sv, edit_role, &re, &err))
+	pthread_mutex_lock(&sv->md_lock);
+	written = sb_rewrite(sv, edit_role, &re, &err);
+	pthread_mutex_unlock(&sv->md_lock);
+	if (written)
 		return 0;
 	return err ? err : -EIO;
-}
-
-/* Past a member's end reads as zeros, as the file target has it. */
-static int read_full(int fd, void *buf, size_t len, uint64_t off)
-{
-	char *p = buf;
-
-	while (len) {
-		ssize_t n = pread(fd, p, len, (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (!n) {
-			memset(p, 0, len);
-			return 0;
-		}
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
 }
 
 /* The bitmap block on every member in service, each synced. */
@@ -228,20 +223,21 @@ static int sb_bitmap_write(void *arg, const uint8_t *bits, uint32_t nr)
 	int r = -EIO;
 
 	sb_bitmap_encode(bits, nr, block);
+	pthread_mutex_lock(&sv->md_lock);
 	for (unsigned int i = 0; i < sv->nr; i++) {
 		int e;
 
-		if (sv->fds[i] < 0)
+		if (!sv->md[i])
 			continue;
-		e = sb_pwrite_full(sv->fds[i], block, sizeof(block),
-			       SB_BITMAP_OFFSET);
-		if (!e && fdatasync(sv->fds[i]))
-			e = -errno;
+		e = mdev_pwrite(sv->md[i], block, sizeof(block),
+				SB_BITMAP_OFFSET) ?:
+		    mdev_sync(sv->md[i]);
 		if (!e)
 			written++;
 		else
 			r = e;
 	}
+	pthread_mutex_unlock(&sv->md_lock);
 	return written ? 0 : r;
 }
 
@@ -251,16 +247,20 @@ static int sb_sync(void *arg)
 	struct sbvol *sv = arg;
 	int r = 0;
 
-	for (unsigned int i = 0; i < sv->nr; i++)
-		if (sv->fds[i] >= 0 && fdatasync(sv->fds[i]) && !r)
-			r = -errno;
+	pthread_mutex_lock(&sv->md_lock);
+	for (unsigned int i = 0; i < sv->nr; i++) {
+		int e = sv->md[i] ? mdev_sync(sv->md[i]) : 0;
+
+		r = r ? r : e;
+	}
+	pthread_mutex_unlock(&sv->md_lock);
 	return r;
 }
 
 /* ---- spares ---- */
 
 /* The header of a spare taking over @role, as a new member's. */
-static int spare_write(struct sbvol *sv, int fd, unsigned int role,
+static int spare_write(struct sbvol *sv, struct mdev *m, unsigned int role,
 		       const uint8_t uuid[16])
 {
 	struct superblock sb;
@@ -269,14 +269,14 @@ static int spare_write(struct sbvol *sv, int fd, unsigned int role,
 
 	/* A member in service has the role table the spare must carry. */
 	for (unsigned int i = 0; i < sv->nr && r; i++)
-		if (sv->fds[i] >= 0)
-			r = sb_read(sv->fds[i], &sb, why, sizeof(why));
+		if (sv->md[i])
+			r = sb_read(sv->md[i], &sb, why, sizeof(why));
 	if (r)
 		return r;
 	sb.role = role;
 	memcpy(sb.member_uuid, uuid, 16);
 	sb.utime = (uint64_t)time(NULL);
-	return sb_write_member(fd, &sb);
+	return sb_write_member(m, &sb);
 }
 
 /*
@@ -285,18 +285,19 @@ static int spare_write(struct sbvol *sv, int fd, unsigned int role,
  * first (so that a crash in between leaves the role with a member nobody
  * holds, i.e. faulty), then the spare's own superblock.
  */
-static int sb_spare(void *arg, unsigned int role, struct target **out)
+static int spare_take(struct sbvol *sv, unsigned int role,
+		      struct target **out)
 {
-	struct sbvol *sv = arg;
 
 	for (unsigned int i = 0; i < sv->nr_spares; i++) {
 		struct role_edit re = { .role = role };
 		struct target *t = NULL;
-		int fd = sv->spare_fd[i], r;
+		struct mdev *m = sv->spare_md[i];
+		int r;
 
-		if (fd < 0)
+		if (!m)
 			continue;
-		sv->spare_fd[i] = -1; /* tried: whatever happens, once */
+		sv->spare_md[i] = NULL; /* tried: whatever happens, once */
 		r = file_target_open(&t, sv->spare_path[i], &sv->fopts);
 		if (!r)
 			r = sb_uuid_generate(re.uuid);
@@ -305,7 +306,7 @@ static int sb_spare(void *arg, unsigned int role, struct target **out)
 			if (!sb_rewrite(sv, edit_role, &re, &r))
 				r = r ? r : -EIO;
 			else
-				r = spare_write(sv, fd, role, re.uuid);
+				r = spare_write(sv, m, role, re.uuid);
 		}
 		if (r) {
 			target_notice(TARGET_NOTICE_ERROR,
@@ -314,12 +315,11 @@ static int sb_spare(void *arg, unsigned int role, struct target **out)
 				      sv->t.name, sv->spare_path[i], role,
 				      strerror(-r));
 			target_destroy(t);
-			close(fd);
+			mdev_close(m);
 			continue;
 		}
-		if (sv->fds[role] >= 0)
-			close(sv->fds[role]);
-		sv->fds[role] = fd;
+		mdev_close(sv->md[role]);
+		sv->md[role] = m;
 		target_notice(TARGET_NOTICE_INFO,
 			      "volume '%s': spare %s takes over role %u",
 			      sv->t.name, sv->spare_path[i], role);
@@ -331,6 +331,17 @@ static int sb_spare(void *arg, unsigned int role, struct target **out)
 		      "degraded until a member is rebuilt (bioctl rebuild)",
 		      sv->t.name, role);
 	return -ENOENT;
+}
+
+static int sb_spare(void *arg, unsigned int role, struct target **out)
+{
+	struct sbvol *sv = arg;
+	int r;
+
+	pthread_mutex_lock(&sv->md_lock);
+	r = spare_take(sv, role, out);
+	pthread_mutex_unlock(&sv->md_lock);
+	return r;
 }
 
 /* ---- resync ---- */
@@ -348,10 +359,10 @@ static bool dirty_regions(struct sbvol *sv, uint32_t nr, uint8_t *dirty)
 
 	memset(dirty, 0, (nr + 7) / 8);
 	for (unsigned int i = 0; i < sv->nr; i++) {
-		if (sv->fds[i] < 0)
+		if (!sv->md[i])
 			continue;
-		if (read_full(sv->fds[i], block, sizeof(block),
-			      SB_BITMAP_OFFSET) ||
+		if (mdev_pread(sv->md[i], block, sizeof(block),
+			       SB_BITMAP_OFFSET) ||
 		    sb_bitmap_decode(block, nr, bits))
 			return false;
 		for (uint32_t b = 0; b < (nr + 7) / 8; b++)
@@ -382,13 +393,13 @@ static int resync_piece(struct sbvol *sv, const struct mirror_geom *g,
 	}
 	if (nr < 2)
 		return 0;
-	r = read_full(sv->fds[member[0]], a, len, moff[0]);
+	r = mdev_pread(sv->md[member[0]], a, len, moff[0]);
 	for (unsigned int i = 1; i < nr && !r; i++) {
 		m = i;
-		r = read_full(sv->fds[member[i]], b, len, moff[i]);
+		r = mdev_pread(sv->md[member[i]], b, len, moff[i]);
 		if (r || !memcmp(a, b, len))
 			continue;
-		r = sb_pwrite_full(sv->fds[member[i]], a, len, moff[i]);
+		r = mdev_pwrite(sv->md[member[i]], a, len, moff[i]);
 		*fixed += len;
 	}
 	if (!r) {
@@ -467,7 +478,7 @@ static int resync(struct sbvol *sv, const struct sb_volume *v,
 	}
 	r = sb_sync(sv);
 	if (r) {
-		verr(errbuf, errlen, r, "resync: fdatasync: %s",
+		verr(errbuf, errlen, r, "resync: sync: %s",
 		      strerror(-r));
 		goto out;
 	}
@@ -489,13 +500,12 @@ out:
 static void sbvol_free(struct sbvol *sv)
 {
 	for (unsigned int i = 0; i < SB_MAX_ROLES; i++)
-		if (sv->fds[i] >= 0)
-			close(sv->fds[i]);
+		mdev_close(sv->md[i]);
 	for (unsigned int i = 0; i < sv->nr_spares; i++) {
-		if (sv->spare_fd[i] >= 0)
-			close(sv->spare_fd[i]);
+		mdev_close(sv->spare_md[i]);
 		free(sv->spare_path[i]);
 	}
+	pthread_mutex_destroy(&sv->md_lock);
 	free(sv->t.name);
 	free(sv);
 }
@@ -538,32 +548,37 @@ static const struct target_ops sbvol_ops = {
 	.iomap_short = sbvol_iomap_short,
 };
 
-/* Open @path for writing with an exclusive flock: one writer a volume. */
-static int open_locked(const char *what, const char *path, int *fdp,
+/*
+ * Open @path for writing, locked: one writer a volume.  A remote member
+ * cannot be locked from here (docs/remote.md: one server a volume is the
+ * administrator's to keep).
+ */
+static int open_locked(const char *what, const char *path,
+		       unsigned int timeout_ms, struct mdev **mp,
 		       char *errbuf, size_t errlen)
 {
-	int fd = open(path, O_RDWR | O_CLOEXEC);
+	char why[256];
+	int r = mdev_open(mp, path, true, timeout_ms, why, sizeof(why));
 
-	if (fd < 0)
-		return verr(errbuf, errlen, -errno, "%s %s: %s", what, path,
-			    strerror(errno));
-	*fdp = fd;
-	if (!flock(fd, LOCK_EX | LOCK_NB))
+	if (r)
+		return verr(errbuf, errlen, r, "%s", why);
+	r = mdev_lock(*mp);
+	if (!r)
 		return 0;
-	if (errno == EWOULDBLOCK)
+	if (r == -EWOULDBLOCK)
 		return verr(errbuf, errlen, -EBUSY,
 			    "%s %s: in use by another process (a server or "
 			    "bioctl has the volume open)",
 			    what, path);
-	return verr(errbuf, errlen, -errno, "%s %s: flock: %s", what, path,
-		    strerror(errno));
+	return verr(errbuf, errlen, r, "%s %s: flock: %s", what, path,
+		    strerror(-r));
 }
 
 int sbvol_create(struct target **out, struct target *inner,
 		 const struct sb_volume *v, const char *const *paths,
 		 const char *const *spares, unsigned int nr_spares,
-		 const struct file_target_opts *fopts, char *errbuf,
-		 size_t errlen)
+		 const struct file_target_opts *fopts, unsigned int timeout_ms,
+		 char *errbuf, size_t errlen)
 {
 	const struct superblock *sb = &v->sb;
 	bool mirror = sb_redundant(sb->level);
@@ -580,10 +595,9 @@ int sbvol_create(struct target **out, struct target *inner,
 	sv->nr = sb->nr_roles;
 	sv->events = sb->events;
 	sv->fopts = *fopts;
+	pthread_mutex_init(&sv->md_lock, NULL);
 	if (mirror && sb->bitmap_shift)
 		sv->bitmap_regions = sb_bitmap_regions(sb);
-	for (unsigned int i = 0; i < SB_MAX_ROLES; i++)
-		sv->fds[i] = sv->spare_fd[i] = -1;
 	if (!sv->t.name) {
 		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
 		goto fail;
@@ -591,13 +605,13 @@ int sbvol_create(struct target **out, struct target *inner,
 	for (unsigned int i = 0; i < sv->nr && !r; i++)
 		if (v->state[i] == SB_ROLE_ACTIVE ||
 		    v->state[i] == SB_ROLE_REBUILDING)
-			r = open_locked("member", paths[i], &sv->fds[i], errbuf,
-					errlen);
+			r = open_locked("member", paths[i], timeout_ms,
+					&sv->md[i], errbuf, errlen);
 	for (unsigned int i = 0; i < nr_spares && !r; i++, sv->nr_spares++) {
 		sv->spare_path[i] = strdup(spares[i]);
 		r = sv->spare_path[i] ?
-			    open_locked("spare", spares[i], &sv->spare_fd[i],
-					errbuf, errlen) :
+			    open_locked("spare", spares[i], timeout_ms,
+					&sv->spare_md[i], errbuf, errlen) :
 			    verr(errbuf, errlen, -ENOMEM, "out of memory");
 	}
 	if (r)

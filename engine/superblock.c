@@ -8,17 +8,14 @@
  * document's, whatever the compiler's padding or the host's byte order.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <linux/falloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
+#include <bionbd/mdev.h>
 #include <bionbd/superblock.h>
 #include <bionbd/target.h>
 
@@ -305,61 +302,33 @@ int sb_decode(const uint8_t *buf, size_t len, struct superblock *sb,
 	return sb_check(sb, why, whylen);
 }
 
-/* ---- files ---- */
+/* ---- members ---- */
 
-int sb_read(int fd, struct superblock *sb, char *why, size_t whylen)
+int sb_read(struct mdev *m, struct superblock *sb, char *why, size_t whylen)
 {
 	uint8_t buf[SB_BYTES];
-	size_t have = 0;
-
-	while (have < sizeof(buf)) {
-		ssize_t n = pread(fd, buf + have, sizeof(buf) - have,
-				  (off_t)have);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			int e = errno;
-
-			snprintf(why, whylen, "reading the superblock: %s",
-				 strerror(e));
-			return -e;
-		}
-		if (!n)
-			break;
-		have += (size_t)n;
-	}
-	return sb_decode(buf, have, sb, why, whylen);
-}
-
-int sb_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
-{
-	const uint8_t *b = buf;
-
-	while (len) {
-		ssize_t n = pwrite(fd, b, len, (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		b += n;
-		off += (uint64_t)n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-int sb_write(int fd, const struct superblock *sb)
-{
-	uint8_t buf[SB_BYTES];
+	uint64_t have;
 	int r;
 
+	/* A member shorter than a block: too short, not a zero-padded one. */
+	r = mdev_size(m, &have);
+	if (!r)
+		r = mdev_pread(m, buf, sizeof(buf), 0);
+	if (r) {
+		snprintf(why, whylen, "reading the superblock: %s",
+			 strerror(-r));
+		return r;
+	}
+	return sb_decode(buf, have < sizeof(buf) ? (size_t)have : sizeof(buf),
+			 sb, why, whylen);
+}
+
+int sb_write(struct mdev *m, const struct superblock *sb)
+{
+	uint8_t buf[SB_BYTES];
+
 	sb_encode(sb, buf);
-	r = sb_pwrite_full(fd, buf, sizeof(buf), 0);
-	if (!r && fdatasync(fd))
-		r = -errno;
-	return r;
+	return mdev_pwrite(m, buf, sizeof(buf), 0) ?: mdev_sync(m);
 }
 
 /* ---- new volumes ---- */
@@ -430,34 +399,18 @@ void sb_set_role(struct superblock *sb, unsigned int role)
 	memcpy(sb->member_uuid, sb->roles[role].uuid, 16);
 }
 
-int sb_zero_range(int fd, uint64_t from, uint64_t to)
-{
-	static const uint8_t zeros[65536];
-	int r = 0;
-
-	if (!fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-		       (off_t)from, (off_t)(to - from)))
-		return 0;
-	for (; from < to && !r; from += sizeof(zeros))
-		r = sb_pwrite_full(fd, zeros,
-				   to - from < sizeof(zeros) ? to - from :
-							       sizeof(zeros),
-				   from);
-	return r;
-}
-
-int sb_write_member(int fd, const struct superblock *sb)
+int sb_write_member(struct mdev *m, const struct superblock *sb)
 {
 	static const uint8_t clear[SB_BITMAP_BITS / 8];
 	uint8_t block[SB_BITMAP_BYTES];
-	int r = sb_zero_range(fd, SB_BYTES, sb->data_offset);
+	int r = mdev_zero(m, SB_BYTES, sb->data_offset - SB_BYTES);
 
-	/* The bitmap before the superblock whose fdatasync covers both. */
+	/* The bitmap before the superblock whose sync covers both. */
 	if (!r && sb->bitmap_shift) {
 		sb_bitmap_encode(clear, sb_bitmap_regions(sb), block);
-		r = sb_pwrite_full(fd, block, sizeof(block), SB_BITMAP_OFFSET);
+		r = mdev_pwrite(m, block, sizeof(block), SB_BITMAP_OFFSET);
 	}
-	return r ?: sb_write(fd, sb);
+	return r ?: sb_write(m, sb);
 }
 
 /* ---- write-intent bitmap ---- */
@@ -512,13 +465,6 @@ bool sb_covered(uint32_t level, unsigned int nr, unsigned int copies,
 		return true;
 	return !mirror_geom_init(&g, nr, copies, 4096) &&
 	       mirror_covered(&g, st);
-}
-
-static uint64_t file_bytes(int fd)
-{
-	off_t end = lseek(fd, 0, SEEK_END);
-
-	return end < 0 ? 0 : (uint64_t)end;
 }
 
 /* Member @i of @paths against the first one read (@ref, from @ref_path). */
@@ -584,7 +530,8 @@ static void roles_lost(const struct sb_volume *v, const char *const *paths,
 }
 
 int sb_assemble(const char *const *paths, unsigned int n,
-		struct sb_volume *out, char *why, size_t whylen)
+		unsigned int timeout_ms, struct sb_volume *out, char *why,
+		size_t whylen)
 {
 	static const unsigned int none = SB_ROLE_NONE;
 	struct superblock *sbs;
@@ -595,7 +542,6 @@ int sb_assemble(const char *const *paths, unsigned int n,
 	bool redundant;
 	struct stripe_geom g;
 	struct mirror_geom mg;
-	struct stat st;
 	int r = 0;
 
 	memset(out, 0, sizeof(*out));
@@ -605,40 +551,39 @@ int sb_assemble(const char *const *paths, unsigned int n,
 		return -ENOMEM;
 	}
 	for (unsigned int i = 0; i < n; i++) {
-		int fd = open(paths[i], O_RDONLY | O_CLOEXEC);
+		struct mdev *m;
+		uint64_t bytes = 0;
 
-		if (fd < 0) {
-			if (errno == ENOENT) {
-				absent = absent == none ? i : absent;
-				nr_absent++;
-				continue;
-			}
-			/* A mirror may do without it: decided below. */
-			if (!lost_err) {
-				lost_err = -errno;
-				snprintf(lost, sizeof(lost), "member %s: %s",
-					 paths[i], strerror(errno));
-			}
+		r = mdev_open(&m, paths[i], false, timeout_ms, reason,
+			      sizeof(reason));
+		if (r == -ENOENT) {
+			absent = absent == none ? i : absent;
 			nr_absent++;
+			r = 0;
 			continue;
 		}
-		if (fstat(fd, &st) ||
-		    (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))) {
-			close(fd);
-			snprintf(why, whylen,
-				 "member %s: not a regular file or block device",
-				 paths[i]);
-			r = -EINVAL;
+		if (r == -EINVAL) {
+			snprintf(why, whylen, "%s", reason);
 			goto out;
 		}
-		r = sb_read(fd, &sbs[i], reason, sizeof(reason));
-		if (!r && file_bytes(fd) < sbs[i].data_offset) {
+		if (r) {
+			/* A mirror may do without it: decided below. */
+			if (!lost_err) {
+				lost_err = r;
+				snprintf(lost, sizeof(lost), "%s", reason);
+			}
+			nr_absent++;
+			r = 0;
+			continue;
+		}
+		r = sb_read(m, &sbs[i], reason, sizeof(reason));
+		if (!r && (mdev_size(m, &bytes) || bytes < sbs[i].data_offset)) {
 			r = -EINVAL;
 			snprintf(reason, sizeof(reason),
 				 "%llu bytes, shorter than its data offset",
-				 (unsigned long long)file_bytes(fd));
+				 (unsigned long long)bytes);
 		}
-		close(fd);
+		mdev_close(m);
 		if (r == -ENOENT) {
 			r = 0;
 			headerless = headerless == none ? i : headerless;

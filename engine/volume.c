@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <bionbd/mdev.h>
 #include <bionbd/superblock.h>
 
 #include "internal.h"
@@ -477,14 +478,6 @@ static void members_free(const struct volume_config *cfg,
 	free(m);
 }
 
-static bool volume_has_remote(const struct volume_config *cfg)
-{
-	for (unsigned int i = 0; i < cfg->nr_members; i++)
-		if (member_is_remote(cfg->members[i]))
-			return true;
-	return false;
-}
-
 /* The size a volume without one gets: whole stripes of the smallest member. */
 static int default_size(const struct volume_config *cfg,
 			const struct member_check *m, uint64_t chunk,
@@ -517,10 +510,8 @@ static int volume_superblocks(const struct volume_config *cfg,
 			      struct sb_volume *v, bool *sb, char *errbuf,
 			      size_t errlen)
 {
-	int r = volume_has_remote(cfg) ?
-			-ENOENT :
-			sb_assemble(cfg->members, cfg->nr_members, v, errbuf,
-				    errlen);
+	int r = sb_assemble(cfg->members, cfg->nr_members,
+			    cfg->remote_timeout_ms, v, errbuf, errlen);
 
 	*sb = !r;
 	if (r == -ENOENT) {
@@ -572,7 +563,8 @@ static int new_mirror_plan(const struct volume_config *cfg,
 	char why[200];
 
 	for (unsigned int i = 0; i < cfg->nr_members; i++)
-		if (!access(cfg->members[i], F_OK))
+		if (member_is_remote(cfg->members[i]) ||
+		    !access(cfg->members[i], F_OK))
 			return verr(errbuf, errlen, -EINVAL,
 				    "level %s: member %s has no superblock; "
 				    "make the mirror with bioctl create --level "
@@ -605,17 +597,6 @@ static int wants_new_mirror(const struct volume_config *cfg,
 	struct sb_volume *v;
 	int r;
 
-	/*
-	 * Remote members hold no superblocks (yet): only a headerless
-	 * raid0 can be made of them.
-	 */
-	for (unsigned int i = 0; cfg->level_set && cfg->level != SB_LEVEL_RAID0 &&
-				 i < cfg->nr_members; i++)
-		if (member_is_remote(cfg->members[i]))
-			return verr(errbuf, errlen, -EINVAL,
-				    "member %s: a remote member serves only a raid0 volume without superblocks",
-				    cfg->members[i]);
-
 	if (!cfg->level_set || !sb_redundant(cfg->level)) {
 		if (cfg->copies && cfg->level_set)
 			return verr(errbuf, errlen, -EINVAL,
@@ -627,7 +608,8 @@ static int wants_new_mirror(const struct volume_config *cfg,
 	v = malloc(sizeof(*v));
 	if (!v)
 		return verr(errbuf, errlen, -ENOMEM, "out of memory");
-	r = sb_assemble(cfg->members, cfg->nr_members, v, errbuf, errlen);
+	r = sb_assemble(cfg->members, cfg->nr_members, cfg->remote_timeout_ms,
+			v, errbuf, errlen);
 	free(v);
 	if (r != -ENOENT)
 		return 0; /* superblocks (or their error): volume_plan's */
@@ -654,7 +636,7 @@ static int new_mirror_create(const struct volume_config *cfg,
 		}
 		sb_set_role(sb, made);
 		r = ftruncate(fd, (off_t)bytes) ? -errno :
-						  sb_write_member(fd, sb);
+						  sb_write_member(MDEV_FD(fd), sb);
 		close(fd);
 	}
 	if (!r)
@@ -706,6 +688,10 @@ static int check_spare(const struct volume_config *cfg, unsigned int i,
 			    "spare %s: only a raid1 or raid10 volume has "
 			    "spares (bioctl create --level raid1 ...)",
 			    path);
+	if (member_is_remote(path))
+		return verr(errbuf, errlen, -EINVAL,
+			    "spare %s: a spare is a local file or block device",
+			    path);
 	r = member_identify(path, &ids[i]);
 	if (!r && !ids[i].exists)
 		r = -ENOENT;
@@ -734,7 +720,7 @@ static int check_spare(const struct volume_config *cfg, unsigned int i,
 	if (fd < 0)
 		return verr(errbuf, errlen, -errno, "spare %s: %s", path,
 			    strerror(errno));
-	r = sb_read(fd, &sb, reason, sizeof(reason));
+	r = sb_read(MDEV_FD(fd), &sb, reason, sizeof(reason));
 	if (S_ISBLK(ids[i].st.st_mode))
 		(void)ioctl(fd, BLKGETSIZE64, &bytes);
 	else
@@ -1211,7 +1197,8 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 		struct target *sv = NULL;
 
 		r = sbvol_create(&sv, top, v, paths, cfg->spares,
-				 cfg->nr_spares, &fopts, errbuf, errlen);
+				 cfg->nr_spares, &fopts, cfg->remote_timeout_ms,
+				 errbuf, errlen);
 		if (r) {
 			target_destroy(top);
 			goto out;

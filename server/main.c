@@ -630,8 +630,13 @@ static int daemonize(void)
 	if (pid < 0)
 		die("fork: %s", strerror(errno));
 	if (pid > 0) {
+		/*
+		 * _exit: what the process holds (stdio buffers, atexit work,
+		 * members' handles) is the child's now, not the parent's to
+		 * flush, undo or close.
+		 */
 		close(p[1]);
-		exit(read(p[0], &c, 1) == 1 ? 0 : 1);
+		_exit(read(p[0], &c, 1) == 1 ? 0 : 1);
 	}
 	close(p[0]);
 	setsid();

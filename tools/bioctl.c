@@ -20,7 +20,10 @@
  * a member that already carries a superblock, a file system or a
  * partition table unless --force.  A mirror (raid1, raid10) also gets an
  * all-clear write-intent bitmap on every member: a new volume has nothing
- * to resync.  info shows each member's superblock and whether the members
+ * to resync.  create, info and check also take remote members (NBD URIs,
+ * rbd: names; mdev.h), which are used as they are: never extended nor
+ * locked.
+ * info shows each member's superblock and whether the members
  * make one complete, consistent volume, with the same check the servers
  * make when they start (sb_assemble); a mirror that lost members but
  * still has a copy of everything is shown degraded, role by role.  check
@@ -64,6 +67,7 @@
 #include <linux/fs.h>
 
 #include <bionbd/config.h>
+#include <bionbd/mdev.h>
 #include <bionbd/superblock.h>
 #include <bionbd/target.h>
 
@@ -140,7 +144,7 @@ static int fail(const char *fmt, ...)
 /* ---- create ---- */
 
 /* What an existing member holds that a new superblock would destroy. */
-static const char *signature(int fd)
+static const char *signature(struct mdev *m)
 {
 	static const struct {
 		off_t off;
@@ -161,8 +165,7 @@ static const char *signature(int fd)
 	char buf[16];
 
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		if (pread(fd, buf, sigs[i].len, sigs[i].off) ==
-			    (ssize_t)sigs[i].len &&
+		if (!mdev_pread(m, buf, sigs[i].len, (uint64_t)sigs[i].off) &&
 		    !memcmp(buf, sigs[i].magic, sigs[i].len))
 			return sigs[i].what;
 	return NULL;
@@ -214,7 +217,7 @@ struct create_opts {
  * The superblocks of a new volume, role i on @fds[i]: the last step of
  * create and of convert.  Returns 0, or 1 with the message printed.
  */
-static int write_superblocks(const int *fds, char **paths, int n,
+static int write_superblocks(struct mdev *const *md, char **paths, int n,
 			     const struct create_opts *o, uint64_t size,
 			     const char *verb)
 {
@@ -231,7 +234,7 @@ static int write_superblocks(const int *fds, char **paths, int n,
 		return fail("%s", why);
 	for (int i = 0; i < n; i++) {
 		sb_set_role(&sb, (unsigned int)i);
-		r = sb_write_member(fds[i], &sb);
+		r = sb_write_member(md[i], &sb);
 		if (r)
 			return fail("member %s: writing the superblock: %s",
 				    paths[i], strerror(-r));
@@ -262,13 +265,45 @@ static uint64_t size_from_members(const struct create_opts *o, uint64_t per,
 	return size;
 }
 
+/*
+ * Open member @i of a new volume: a local one created if need be and
+ * locked (*@fd, *@st), a remote one (NBD URI, rbd:...) connected.
+ * Returns 0, or 1 with a message.
+ */
+static int create_open(char **paths, int i, int *fd, struct stat *st,
+		       struct mdev **md)
+{
+	char why[256];
+
+	*fd = -1;
+	if (member_is_remote(paths[i])) {
+		if (mdev_open(md, paths[i], true, 0, why, sizeof(why)))
+			return fail("%s", why);
+		for (int j = 0; j < i; j++)
+			if (!strcmp(paths[i], paths[j]))
+				return fail("member %s: given twice",
+					    paths[i]);
+		return 0;
+	}
+	*fd = open(paths[i], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (*fd < 0 || fstat(*fd, st))
+		return fail("member %s: %s", paths[i], strerror(errno));
+	if (lock_member(*fd, paths[i]))
+		return 1;
+	if (!S_ISREG(st->st_mode) && !S_ISBLK(st->st_mode))
+		return fail("member %s: not a regular file or block device",
+			    paths[i]);
+	return 0;
+}
+
 static int do_create(const struct create_opts *o, char **paths, int n)
 {
 	struct superblock sb = { 0 };
 	struct stripe_geom g;
 	struct mirror_geom mg;
-	uint64_t member_bytes, min = UINT64_MAX;
-	int fds[SB_MAX_ROLES], rc = 1, opened = 0;
+	uint64_t member_bytes, min = UINT64_MAX, bytes[SB_MAX_ROLES];
+	int fds[SB_MAX_ROLES], rc = 1;
+	struct mdev *md[SB_MAX_ROLES] = { 0 }, local[SB_MAX_ROLES];
 	struct stat st[SB_MAX_ROLES];
 
 	if (n < 1 || n > (int)SB_MAX_ROLES)
@@ -283,35 +318,37 @@ static int do_create(const struct create_opts *o, char **paths, int n)
 		return fail("create: %s with %u copies on %d members is not a "
 			    "valid geometry", sb_level_name(o->level),
 			    o->copies, n);
-	for (int i = 0; i < n; i++, opened++) {
+	for (int i = 0; i < n; i++)
+		fds[i] = -1;
+	for (int i = 0; i < n; i++) {
 		const char *what;
+		int e;
 
-		fds[i] = open(paths[i], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-		if (fds[i] < 0 || fstat(fds[i], &st[i])) {
-			fail("member %s: %s", paths[i], strerror(errno));
+		if (create_open(paths, i, &fds[i], &st[i], &md[i]))
 			goto out;
+		if (fds[i] >= 0) {
+			local[i] = (struct mdev){ &mdev_fd_ops, fds[i] };
+			md[i] = &local[i];
 		}
-		if (lock_member(fds[i], paths[i]))
-			goto out;
-		if (!S_ISREG(st[i].st_mode) && !S_ISBLK(st[i].st_mode)) {
-			fail("member %s: not a regular file or block device",
-			     paths[i]);
-			goto out;
-		}
-		for (int j = 0; j < i; j++)
-			if (same_file(&st[i], &st[j])) {
+		for (int j = 0; j < i && fds[i] >= 0; j++)
+			if (fds[j] >= 0 && same_file(&st[i], &st[j])) {
 				fail("member %s: given twice (as %s too)",
 				     paths[i], paths[j]);
 				goto out;
 			}
-		what = signature(fds[i]);
+		what = signature(md[i]);
 		if (what && !o->force) {
 			fail("member %s: holds %s (--force to overwrite it)",
 			     paths[i], what);
 			goto out;
 		}
-		if (fd_bytes(fds[i]) < min)
-			min = fd_bytes(fds[i]);
+		e = mdev_size(md[i], &bytes[i]);
+		if (e) {
+			fail("member %s: %s", paths[i], strerror(-e));
+			goto out;
+		}
+		if (bytes[i] < min)
+			min = bytes[i];
 	}
 	sb.size_bytes = o->size;
 	if (!sb.size_bytes) {
@@ -335,11 +372,12 @@ static int do_create(const struct create_opts *o, char **paths, int n)
 	}
 	member_bytes += o->data_offset;
 	for (int i = 0; i < n; i++) {
-		if (fd_bytes(fds[i]) >= member_bytes)
+		if (bytes[i] >= member_bytes)
 			continue;
-		if (S_ISBLK(st[i].st_mode)) {
+		/* A file grows; a device or a remote member is what it is. */
+		if (fds[i] < 0 || S_ISBLK(st[i].st_mode)) {
 			fail("member %s: %" PRIu64 " bytes, the volume needs %" PRIu64,
-			     paths[i], fd_bytes(fds[i]), member_bytes);
+			     paths[i], bytes[i], member_bytes);
 			goto out;
 		}
 		if (ftruncate(fds[i], (off_t)member_bytes)) {
@@ -348,12 +386,16 @@ static int do_create(const struct create_opts *o, char **paths, int n)
 		}
 	}
 
-	if (write_superblocks(fds, paths, n, o, sb.size_bytes, "created"))
+	if (write_superblocks(md, paths, n, o, sb.size_bytes, "created"))
 		goto out;
 	rc = 0;
 out:
-	for (int i = 0; i < opened; i++)
-		close(fds[i]);
+	for (int i = 0; i < n; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		else
+			mdev_close(md[i]);
+	}
 	return rc;
 }
 
@@ -710,20 +752,23 @@ static int cmd_info(int argc, char **argv)
 		goto out;
 	}
 	for (int i = 0; i < n; i++) {
-		int fd = open(argv[optind + i], O_RDONLY | O_CLOEXEC);
+		struct mdev *m;
 
-		if (fd < 0) {
-			mi[i].r = -errno;
-			mi[i].absent = errno == ENOENT;
-			snprintf(mi[i].why, sizeof(mi[i].why), "%s",
-				 strerror(errno));
+		mi[i].r = mdev_open(&m, argv[optind + i], false, 0, mi[i].why,
+				    sizeof(mi[i].why));
+		if (mi[i].r) {
+			/* A file's name is printed beside the reason. */
+			mi[i].absent = mi[i].r == -ENOENT;
+			if (!member_is_remote(argv[optind + i]))
+				snprintf(mi[i].why, sizeof(mi[i].why), "%s",
+					 strerror(-mi[i].r));
 			continue;
 		}
-		mi[i].r = sb_read(fd, &mi[i].sb, mi[i].why, sizeof(mi[i].why));
-		close(fd);
+		mi[i].r = sb_read(m, &mi[i].sb, mi[i].why, sizeof(mi[i].why));
+		mdev_close(m);
 	}
 	ar = sb_assemble((const char *const *)argv + optind, (unsigned int)n,
-			 v, why, sizeof(why));
+			 0, v, why, sizeof(why));
 	if (json)
 		info_json(argv + optind, n, mi, ar, v, why);
 	else
@@ -811,20 +856,23 @@ static void progress_show(struct progress *p, bool final)
  * @buf all the same.  Returns the bytes found unreadable, 0 when all of
  * @buf is good; *@ranges counts the ranges reported.
  */
-static uint64_t read_or_report(int fd, uint8_t *buf, uint64_t len,
+static uint64_t read_or_report(struct mdev *m, uint8_t *buf, uint64_t len,
 			       uint64_t at, uint64_t voff, const char *path,
 			       uint64_t *ranges)
 {
-	uint64_t bad = 0;
+	uint64_t bad = 0, size = 0;
 
-	if (pread(fd, buf, len, (off_t)at) == (ssize_t)len)
+	/* Past a member's end is missing data, not zeros (mdev's reads). */
+	if (mdev_size(m, &size))
+		size = 0;
+	if (at + len <= size && !mdev_pread(m, buf, len, at))
 		return 0;
 	for (uint64_t s = 0; s < len; s += 512) {
 		uint64_t run = 0;
 
 		while (s + run < len &&
-		       pread(fd, buf + s + run, 512,
-			     (off_t)(at + s + run)) != 512)
+		       (at + s + run + 512 > size ||
+			mdev_pread(m, buf + s + run, 512, at + s + run)))
 			run += 512;
 		if (!run)
 			continue;
@@ -861,17 +909,18 @@ static int check_data(char **paths, const struct sb_volume *v, uint64_t from)
 	const struct superblock *sb = &v->sb;
 	uint64_t c = sb->chunk_bytes, n = v->nr, bad = 0, bad_ranges = 0;
 	uint8_t *buf = malloc(c);
-	int fds[SB_MAX_ROLES], rc = 0, opened = 0;
+	struct mdev *md[SB_MAX_ROLES] = { 0 };
 	struct progress p = { .what = "check", .total = sb->size_bytes };
+	char why[256];
 	uint64_t off;
+	int rc = 0;
 
 	if (!buf)
 		return fail("out of memory");
-	for (unsigned int r = 0; r < v->nr; r++, opened++) {
-		fds[r] = open(paths[v->order[r]], O_RDONLY | O_CLOEXEC);
-		if (fds[r] < 0) {
-			rc = fail("member %s: %s", paths[v->order[r]],
-				  strerror(errno));
+	for (unsigned int r = 0; r < v->nr; r++) {
+		if (mdev_open(&md[r], paths[v->order[r]], false, 0, why,
+			      sizeof(why))) {
+			rc = fail("%s", why);
 			goto out;
 		}
 	}
@@ -884,7 +933,7 @@ static int check_data(char **paths, const struct sb_volume *v, uint64_t from)
 
 		if (len > c)
 			len = c;
-		bad += read_or_report(fds[k % n], buf, len,
+		bad += read_or_report(md[k % n], buf, len,
 				      sb->data_offset + k / n * c, off,
 				      paths[v->order[k % n]], &bad_ranges);
 		p.done = off + len;
@@ -906,8 +955,8 @@ static int check_data(char **paths, const struct sb_volume *v, uint64_t from)
 		       sb->name, sb->size_bytes - from, not_clean(sb));
 	}
 out:
-	for (int i = 0; i < opened; i++)
-		close(fds[i]);
+	for (unsigned int r = 0; r < v->nr; r++)
+		mdev_close(md[r]);
 	free(buf);
 	return rc;
 }
@@ -930,7 +979,7 @@ struct mirror_check {
 	const struct sb_volume *v;
 	struct mirror_geom g;
 	bool repair;
-	int fds[SB_MAX_ROLES]; /* by role; -1 for one not checked */
+	struct mdev *md[SB_MAX_ROLES]; /* by role; NULL: not checked */
 	bool written[SB_MAX_ROLES];
 	struct mismatch pend[SB_MAX_ROLES]; /* by copy */
 	uint64_t read, bad, bad_ranges, diff, diff_ranges;
@@ -976,7 +1025,7 @@ static void compare_copy(struct mirror_check *mc, unsigned int j,
 {
 	for (uint64_t s = 0; s < len; s += 512) {
 		uint64_t run = 0;
-		ssize_t w;
+		int w;
 
 		while (s + run < len &&
 		       memcmp(ref + s + run, buf + s + run, 512))
@@ -985,13 +1034,12 @@ static void compare_copy(struct mirror_check *mc, unsigned int j,
 			continue;
 		mismatch_add(mc, j, off + s, run, role, ref_role);
 		if (mc->repair) {
-			w = pwrite(mc->fds[role], ref + s, run, (off_t)(at + s));
-			if (w != (ssize_t)run)
+			w = mdev_pwrite(mc->md[role], ref + s, run, at + s);
+			if (w)
 				mc->rc = fail("member %s: repairing %" PRIu64
 					      " bytes at offset %" PRIu64 ": %s",
 					      mc->paths[mc->v->order[role]], run,
-					      at + s, w < 0 ? strerror(errno) :
-							      "short write");
+					      at + s, strerror(-w));
 			mc->written[role] = true;
 		}
 		s += run;
@@ -1011,9 +1059,9 @@ static void check_block(struct mirror_check *mc, uint8_t *ref, uint8_t *buf,
 		uint8_t *into = ref_role == SB_ROLE_NONE ? ref : buf;
 
 		mirror_map(&mc->g, off, j, &role, &at);
-		if (mc->fds[role] < 0)
+		if (!mc->md[role])
 			continue;
-		bad = read_or_report(mc->fds[role], into, len, at, off,
+		bad = read_or_report(mc->md[role], into, len, at, off,
 				     mc->paths[mc->v->order[role]],
 				     &mc->bad_ranges);
 		mc->read += len;
@@ -1039,6 +1087,7 @@ static int check_mirror(char **paths, const struct sb_volume *v,
 	struct progress p = { .what = "check", .total = sb->size_bytes };
 	uint8_t *ref = malloc(CHECK_BLOCK), *buf = malloc(CHECK_BLOCK);
 	uint64_t off, blk;
+	char why[256];
 	int rc = 0;
 
 	if (!mc || !ref || !buf) {
@@ -1048,8 +1097,6 @@ static int check_mirror(char **paths, const struct sb_volume *v,
 	mc->paths = paths;
 	mc->v = v;
 	mc->repair = repair;
-	for (unsigned int r = 0; r < SB_MAX_ROLES; r++)
-		mc->fds[r] = -1;
 	if (mirror_geom_init(&mc->g, sb->nr_roles, sb->copies,
 			     sb->chunk_bytes)) {
 		rc = fail("volume '%s': %u copies on %u members is not a "
@@ -1066,14 +1113,14 @@ static int check_mirror(char **paths, const struct sb_volume *v,
 			       role_state(v, r));
 			continue;
 		}
-		mc->fds[r] = open(path, (repair ? O_RDWR : O_RDONLY) |
-						O_CLOEXEC);
-		if (mc->fds[r] < 0) {
-			rc = fail("member %s: %s", path, strerror(errno));
+		if (mdev_open(&mc->md[r], path, repair, 0, why,
+			      sizeof(why))) {
+			rc = fail("%s", why);
 			goto out;
 		}
 		/* Rewriting copies under a server would race its writes. */
-		if (repair && lock_member(mc->fds[r], path)) {
+		if (repair && !mdev_is_remote(mc->md[r]) &&
+		    lock_member(mc->md[r]->fd, path)) {
 			rc = 1;
 			goto out;
 		}
@@ -1096,10 +1143,13 @@ static int check_mirror(char **paths, const struct sb_volume *v,
 	}
 	for (unsigned int j = 0; j < mc->g.copies; j++)
 		mismatch_flush(mc, &mc->pend[j]);
-	for (unsigned int r = 0; r < sb->nr_roles; r++)
-		if (mc->written[r] && fdatasync(mc->fds[r]))
-			mc->rc = fail("member %s: fdatasync: %s",
-				      paths[v->order[r]], strerror(errno));
+	for (unsigned int r = 0; r < sb->nr_roles; r++) {
+		int e = mc->written[r] ? mdev_sync(mc->md[r]) : 0;
+
+		if (e)
+			mc->rc = fail("member %s: sync: %s",
+				      paths[v->order[r]], strerror(-e));
+	}
 	if (mc->rc) {
 		rc = mc->rc;
 		goto out;
@@ -1129,8 +1179,7 @@ static int check_mirror(char **paths, const struct sb_volume *v,
 out:
 	if (mc)
 		for (unsigned int r = 0; r < SB_MAX_ROLES; r++)
-			if (mc->fds[r] >= 0)
-				close(mc->fds[r]);
+			mdev_close(mc->md[r]);
 	free(mc);
 	free(ref);
 	free(buf);
@@ -1169,7 +1218,7 @@ static int cmd_check(int argc, char **argv)
 	if (!v)
 		return fail("out of memory");
 	r = sb_assemble((const char *const *)argv + optind, (unsigned int)n,
-			v, why, sizeof(why));
+			0, v, why, sizeof(why));
 	if (r) {
 		printf("%s\n", r == -ENOENT ? "headerless: no superblocks to "
 					      "check" : why);
@@ -1258,8 +1307,8 @@ static int cv_save(int fd, uint64_t at, const struct cv_state *c)
 	int r;
 
 	cv_encode(c, b);
-	r = sb_pwrite_full(fd, b, sizeof(b), at);
-	return r ?: (fdatasync(fd) ? -errno : 0);
+	r = mdev_pwrite(MDEV_FD(fd), b, sizeof(b), at);
+	return r ?: mdev_sync(MDEV_FD(fd));
 }
 
 struct convert_opts {
@@ -1317,11 +1366,28 @@ static int cv_move(int fd, int fd0, uint64_t state_at, struct cv_state *c,
 	return 0;
 }
 
+/*
+ * convert and rebuild move data in place with the steps docs/format.md
+ * makes crash-safe on files (extending, locking): local members only.
+ * Returns 0, or 1 with a message.
+ */
+static int local_only(const char *cmd, char *const *paths, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (paths[i] && member_is_remote(paths[i]))
+			return fail("member %s: %s takes local files and "
+				    "devices only (a mirror of remote "
+				    "members is rebuilt by its server onto a "
+				    "spare)", paths[i], cmd);
+	return 0;
+}
+
 static int do_convert(const struct convert_opts *o, char **paths, int n)
 {
 	const struct create_opts *co = &o->c;
 	uint64_t member_bytes, min = UINT64_MAX, size = co->size, state_at;
 	int fds[SB_MAX_ROLES], rc = 1, opened = 0, r;
+	struct mdev *md[SB_MAX_ROLES], local[SB_MAX_ROLES];
 	struct progress p = { .what = "convert" };
 	struct cv_state c = { 0 }, saved;
 	bool moved;
@@ -1330,6 +1396,8 @@ static int do_convert(const struct convert_opts *o, char **paths, int n)
 	struct superblock sb;
 	char why[256];
 
+	if (local_only("convert", paths, n))
+		return 1;
 	if (n < 1 || n > (int)SB_MAX_ROLES)
 		return fail("convert: 1 to %u members, %d given", SB_MAX_ROLES,
 			    n);
@@ -1355,7 +1423,7 @@ static int do_convert(const struct convert_opts *o, char **paths, int n)
 		!cv_decode(sbuf, &saved) && saved.member + 1 == saved.nr &&
 		!saved.pos;
 	for (int i = 0; i < n && !moved; i++)
-		if (sb_read(fds[i], &sb, why, sizeof(why)) != -ENOENT) {
+		if (sb_read(MDEV_FD(fds[i]), &sb, why, sizeof(why)) != -ENOENT) {
 			fail("member %s: already has a superblock (or an "
 			     "unreadable start): nothing to convert", paths[i]);
 			goto out;
@@ -1457,13 +1525,17 @@ static int do_convert(const struct convert_opts *o, char **paths, int n)
 		goto out;
 	}
 	progress_show(&p, true);
-	if (write_superblocks(fds, paths, n, co, size, "converted"))
+	for (int i = 0; i < n; i++) {
+		local[i] = (struct mdev){ &mdev_fd_ops, fds[i] };
+		md[i] = &local[i];
+	}
+	if (write_superblocks(md, paths, n, co, size, "converted"))
 		goto out;
 	/*
 	 * Done: the checkpoint goes (it lies past the volume's data), and the
 	 * room it took when convert made it.
 	 */
-	if (sb_zero_range(fds[0], state_at, state_at + SB_BYTES) ||
+	if (mdev_zero(MDEV_FD(fds[0]), state_at, SB_BYTES) ||
 	    (state_at == member_bytes + co->data_offset &&
 	     ftruncate(fds[0], (off_t)state_at)))
 		fail("member %s: could not clear the checkpoint (harmless: "
@@ -1610,7 +1682,8 @@ static int rb_open(struct rb_file *f, int flags, bool sb)
 	if (lock_member(f->fd, f->path))
 		return 1;
 	if (sb)
-		f->r = sb_read(f->fd, &f->sb, f->why, sizeof(f->why));
+		f->r = sb_read(MDEV_FD(f->fd), &f->sb, f->why,
+			       sizeof(f->why));
 	return 0;
 }
 
@@ -1758,7 +1831,7 @@ static int rb_check_new(struct rebuild *rb)
 	if (nw->r && nw->r != -ENOENT && nw->r != -EINVAL &&
 	    nw->r != -EPROTONOSUPPORT)
 		return fail("%s: %s", nw->path, nw->why);
-	what = signature(nw->fd);
+	what = signature(MDEV_FD(nw->fd));
 	if (!nw->r) {
 		sb_uuid_format(nw->sb.volume_uuid, u);
 		snprintf(other, sizeof(other), "the superblock of volume '%s' "
@@ -1794,7 +1867,8 @@ static int rb_service(struct rebuild *rb)
 		rb->source[r] = v->state[r] == SB_ROLE_ACTIVE;
 		if (f->fd < 0)
 			return fail("member %s: %s", f->path, strerror(f->err));
-		if (sb_read(f->fd, &rb->own[r], f->why, sizeof(f->why)))
+		if (sb_read(MDEV_FD(f->fd), &rb->own[r], f->why,
+			    sizeof(f->why)))
 			return fail("member %s: %s", f->path, f->why);
 	}
 	if (!sb_covered(v->sb.level, v->sb.nr_roles, v->sb.copies, st))
@@ -1810,7 +1884,7 @@ static int rb_put(int fd, struct superblock *sb, const struct superblock *tab,
 	memcpy(sb->roles, tab->roles, sizeof(sb->roles));
 	sb->events = tab->events;
 	sb->utime = now;
-	return sb_write(fd, sb);
+	return sb_write(MDEV_FD(fd), sb);
 }
 
 /*
@@ -1877,7 +1951,7 @@ static int rb_start(struct rebuild *rb)
 	memcpy(nsb->member_uuid, role->uuid, 16);
 	nsb->flags = rb->v.clean ? SB_FLAG_CLEAN : 0;
 	nsb->utime = (uint64_t)time(NULL);
-	r = sb_write_member(rb->new.fd, nsb);
+	r = sb_write_member(MDEV_FD(rb->new.fd), nsb);
 	if (r)
 		return fail("%s: writing the superblock: %s", rb->new.path,
 			    strerror(-r));
@@ -1979,7 +2053,8 @@ static int rb_row(struct rebuild *rb, uint64_t x, uint8_t *buf,
 
 		if (rb_read(rb, k, o, buf, n))
 			return 1;
-		r = sb_pwrite_full(rb->new.fd, buf, n, sb->data_offset + x * c + o);
+		r = mdev_pwrite(MDEV_FD(rb->new.fd), buf, n,
+				sb->data_offset + x * c + o);
 		if (r)
 			return fail("%s: writing %" PRIu64 " bytes at offset %"
 				    PRIu64 ": %s", rb->new.path, n,
@@ -2077,7 +2152,7 @@ static int rb_assemble(struct rebuild *rb)
 	char why[512];
 	int r;
 
-	r = sb_assemble(rb->paths, rb->n, &rb->v, why, sizeof(why));
+	r = sb_assemble(rb->paths, rb->n, 0, &rb->v, why, sizeof(why));
 	if (r == -ENOENT)
 		return fail("no member given (OLD aside) has a superblock: "
 			    "nothing to rebuild from");
@@ -2103,6 +2178,12 @@ static int do_rebuild(const struct rebuild_opts *o, char **members, int n)
 	uint64_t x = 0;
 	int rc = 1;
 
+	if (local_only("rebuild", members, n) ||
+	    local_only("rebuild", (char *const[]){ (char *)o->new_path,
+						   (char *)o->old }, 2)) {
+		free(rb);
+		return 1;
+	}
 	if (!rb)
 		return fail("out of memory");
 	rb->o = o;

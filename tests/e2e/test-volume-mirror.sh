@@ -223,7 +223,7 @@ start_server rs0 rs1
 nbdcopy src "$NBD_URI" || die "nbdcopy in"
 stop_server
 rm rs1
-"$BIOCTL" rebuild --max-rate 8M rs0 --replace rs1 rs2 >rebuild.out 2>&1 &
+"$BIOCTL" rebuild --max-rate 4M rs0 --replace rs1 rs2 >rebuild.out 2>&1 &
 rb_pid=$!
 cp=0
 for ((i = 0; i < 100; i++)); do

@@ -12,6 +12,10 @@
 #    images: fio verify over 4 connections (4K to 4M), qemu-img, nbdcopy,
 #    and every chunk on the image and offset the layout rule names (read
 #    back with `rbd export`).
+#  - A raid1 of two images (bioctl create over rbd: members; superblocks,
+#    bitmap and clean flag on the images) served by a daemonized server:
+#    data on both images at the data offset; the forked process marks the
+#    superblocks clean at exit.
 #  - The pieces of a large request that lie back to back on an image go
 #    as one request (the OSD counts one write and one read per image).
 #  - conf=, id=, keyring=: a client of its own with only RBD rights.
@@ -23,7 +27,8 @@
 #    untouched, service resumes.
 #  - One-line refusals: an image or pool that is not there, a malformed
 #    name, an unknown option, an image too small, one given twice, a
-#    mirror over images, a wrong key, a cluster that does not answer.
+#    mirror asked of images without superblocks, a wrong key, a cluster
+#    that does not answer.
 source "$(dirname "$0")/functions.sh"
 source "$(dirname "$0")/ceph-cluster.sh"
 
@@ -49,7 +54,7 @@ t0=$SECONDS
 ceph_start "$cdir" 3072 || die "the Ceph cluster did not start"
 log "Ceph cluster up in $((SECONDS - t0)) s"
 show_log_on_failure "$cdir/log/osd.0.log"
-for i in single:64M s0:16M s1:16M s2:16M s3:16M m1:16M m3:16M; do
+for i in single:64M s0:16M s1:16M s2:16M s3:16M m1:16M m3:16M r0:20M r1:20M; do
     rbd_cmd create --size "${i#*:}" "rbd/${i%:*}" || die "rbd create $i"
 done
 
@@ -184,6 +189,44 @@ export_image m1 m1.rbd
 export_image m3 m3.rbd
 check_layout vol.raw f0.img m1.rbd f2.img m3.rbd
 
+# --- a mirror of two images: superblocks and bitmap on the images -----------
+log "a mirror of two images"
+"$BIOCTL" create --level raid1 --size 16M --name rbdmir rbd:rbd/r0 \
+    rbd:rbd/r1 >create.txt || die "bioctl create over images: exit $?"
+"$BIOCTL" info rbd:rbd/r1 rbd:rbd/r0 >info.txt || die "bioctl info: exit $?"
+expect_grep "volume 'rbdmir': complete and consistent" info.txt
+head -c 16M /dev/urandom >mir.raw
+# Daemonized, as a service runs: the front end forks after the volume is
+# open, and the superblock handles must work in the child (librados'
+# threads stay with the parent).
+pidf=$tmp/mir.pid
+case $SERVER in
+bionbd) "$BIONBD" -U "$tmp/mir.sock" -P "$pidf" rbd:rbd/r1 rbd:rbd/r0 \
+    >mir.log 2>&1 </dev/null ;;
+plugin) nbdkit -U "$tmp/mir.sock" -P "$pidf" "$BIO_PLUGIN" file=rbd:rbd/r1 \
+    file=rbd:rbd/r0 >mir.log 2>&1 </dev/null ;;
+esac || die "the daemonized server did not start: $(cat mir.log)"
+for ((n = 0; n < 300; n++)); do [[ -s $pidf && -S mir.sock ]] && break; sleep 0.05; done
+mir_pid=$(cat "$pidf") || die "no pid file"
+on_exit "kill $mir_pid 2>/dev/null"
+mir_uri="nbd+unix:///?socket=$tmp/mir.sock"
+nbdcopy mir.raw "$mir_uri" || die "nbdcopy to the mirror of images"
+nbdcopy "$mir_uri" back.raw || die "nbdcopy from the mirror of images"
+cmp mir.raw back.raw || die "the mirror of images reads back other data"
+"$BIOCTL" info rbd:rbd/r0 >info.txt || :
+expect_grep "role 0 of 2 \(active\).*, not clean" info.txt
+kill "$mir_pid"
+wait_gone "$mir_pid" 30 || die "the daemonized server did not stop"
+# Marked clean on the way out, by the forked process.
+"$BIOCTL" info rbd:rbd/r0 rbd:rbd/r1 >info.txt || die "bioctl info: exit $?"
+expect_grep "role 0 of 2 \(active\).*, clean" info.txt
+expect_grep "role 1 of 2 \(active\).*, clean" info.txt
+for i in r0 r1; do
+    export_image "$i" "$i.rbd"
+    cmp -n $((16 << 20)) -i $((1 << 20)):0 "$i.rbd" mir.raw ||
+        die "image $i does not hold the data at its data offset"
+done
+
 # --- the pieces of a large request on one image go as one request ------------
 log "merged requests"
 for i in ma mb; do
@@ -260,7 +303,7 @@ expect_grep "rbd:rbd/s0: 16777216 bytes, size 1073741824 needs" "$SERVER_ERR"
 server_refuses_once rbd:rbd/s0 rbd:rbd/s0
 expect_grep "listed twice" "$SERVER_ERR"
 server_refuses_once --level raid1 --size 16M rbd:rbd/s0 rbd:rbd/s1
-expect_grep "a remote member serves only a raid0 volume" "$SERVER_ERR"
+expect_grep "has no superblock; make the mirror with bioctl create" "$SERVER_ERR"
 
 # --- a member that cannot be connected for I/O -----------------------------------
 # Read-only caps: the probe (a read-only open) passes, the connection for

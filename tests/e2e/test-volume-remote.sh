@@ -19,8 +19,9 @@
 #    working, and once the remote is back the volume serves again; a
 #    remote that stops answering fails requests with EIO after the
 #    timeout; a remote that never answers at start, one too small for
-#    the size asked, one that is not there, one given twice, a mirror of
-#    remotes: one-line refusals.  A read-only remote makes the volume
+#    the size asked, one that is not there, one given twice, a mirror
+#    asked of remotes without superblocks: one-line refusals (mirrors of
+#    remotes with superblocks: test-volume-remote-mirror.sh).  A read-only remote makes the volume
 #    read-only (reads work, writes get EPERM).
 #  - The pieces of one large request that lie back to back on a remote
 #    reach it as one command (the remotes' logs show it).
@@ -354,7 +355,7 @@ except nbd.Error as e:
 PY
 stop_server
 server_refuses_once --level raid1 --size 16M "$(ruri 0)" "$(ruri 1)"
-expect_grep "a remote member serves only a raid0 volume" "$SERVER_ERR"
+expect_grep "has no superblock; make the mirror with bioctl create" "$SERVER_ERR"
 
 # --- TLS to the remotes: nbds+unix:// with a pre-shared key ----------------------
 log "TLS remotes (PSK)"

@@ -158,12 +158,23 @@ static void case_inflight_buckets(void)
 	CHECK_EQ(s.inflight, 0);
 	CHECK_EQ(s.op[REQ_OP_READ].requests, 101);
 	CHECK_EQ(s.op[REQ_OP_READ].bytes, 100 * 4096);
-	CHECK_EQ(s.op[REQ_OP_READ].hist[2], 100);
+	/*
+	 * "3 us ago" is taken just before the call: a thread preempted in
+	 * between (a loaded CI machine) lands a few in the next bucket up.
+	 */
+	CHECK(s.op[REQ_OP_READ].hist[2] >= 90);
+	CHECK_EQ(s.op[REQ_OP_READ].hist[2] + s.op[REQ_OP_READ].hist[3] +
+			 s.op[REQ_OP_READ].hist[4],
+		 100);
 	CHECK_EQ(s.op[REQ_OP_READ].hist[10], 1);
 	CHECK_EQ(s.op[REQ_OP_READ].errors[IOSE_ENOSPC], 1);
 	CHECK(s.op[REQ_OP_READ].lat_ns >= 100 * 3000 + 700000);
 	CHECK_EQ(io_stats_percentile(&s.op[REQ_OP_READ], 0.5), 4000);
-	CHECK_EQ(io_stats_percentile(&s.op[REQ_OP_READ], 0.99), 4000);
+	/* The 100th of 101: the last 3 us read, in whichever bucket. */
+	CHECK_EQ(io_stats_percentile(&s.op[REQ_OP_READ], 0.99),
+		 s.op[REQ_OP_READ].hist[2] == 100 ? 4000 :
+		 s.op[REQ_OP_READ].hist[4] == 0	  ? 8000 :
+						    16000);
 	CHECK_EQ(io_stats_percentile(&s.op[REQ_OP_READ], 0.999), 1024000);
 	CHECK_EQ(io_stats_percentile(&s.op[REQ_OP_FLUSH], 0.5), 0);
 	CHECK_EQ(s.op[REQ_OP_WRITE].errors[IOSE_ESHUTDOWN], 1);

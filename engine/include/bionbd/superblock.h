@@ -95,15 +95,17 @@ void sb_encode(const struct superblock *sb, uint8_t out[SB_BYTES]);
 int sb_decode(const uint8_t *buf, size_t len, struct superblock *sb,
 	      char *why, size_t whylen);
 
+struct mdev;
+
 /**
- * sb_read - sb_decode of the first SB_BYTES of @fd; a shorter file is
- * -ENOENT when it is too short to hold even the magic, else -EINVAL.
+ * sb_read - sb_decode of the first SB_BYTES of member @m; a shorter member
+ * is -ENOENT when it is too short to hold even the magic, else -EINVAL.
  * Other read errors are -errno.
  */
-int sb_read(int fd, struct superblock *sb, char *why, size_t whylen);
+int sb_read(struct mdev *m, struct superblock *sb, char *why, size_t whylen);
 
-/** sb_write - encode and write @sb at offset 0 of @fd, then fdatasync. */
-int sb_write(int fd, const struct superblock *sb);
+/** sb_write - encode and write @sb at offset 0 of @m, then sync. */
+int sb_write(struct mdev *m, const struct superblock *sb);
 
 /** sb_redundant - does @level keep more than one copy of the data? */
 static inline bool sb_redundant(uint32_t level)
@@ -132,15 +134,6 @@ static inline uint32_t sb_bitmap_regions(const struct superblock *sb)
 void sb_bitmap_encode(const uint8_t *bits, uint32_t nr_regions,
 		      uint8_t out[SB_BITMAP_BYTES]);
 int sb_bitmap_decode(const uint8_t *buf, uint32_t nr_regions, uint8_t *bits);
-
-/** sb_pwrite_full - all of @buf at @off, through short writes: 0 or -errno. */
-int sb_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
-
-/**
- * sb_zero_range - zero [@from, @to) of a member (punched, or written):
- * reserved bytes a later format may give a meaning.  0 or -errno.
- */
-int sb_zero_range(int fd, uint64_t from, uint64_t to);
 
 /* What a new volume is (bioctl create; a config's level = raid1). */
 struct sb_new_opts {
@@ -174,7 +167,7 @@ int sb_member_bytes(const struct superblock *sb, uint64_t *out);
  * sb_write_member - a new member's first data-offset bytes: zeros (the
  * reserved area), a mirror's all-clear bitmap, then @sb, synced.
  */
-int sb_write_member(int fd, const struct superblock *sb);
+int sb_write_member(struct mdev *m, const struct superblock *sb);
 
 /* A volume assembled from its members' superblocks. */
 struct sb_volume {
@@ -202,10 +195,12 @@ struct sb_volume {
 /**
  * sb_assemble - read the superblocks of @paths (any order) and check that
  * they make one complete, consistent volume (docs/format.md, "Assembly")
+ * @paths: members as mdev_open takes them (paths, NBD URIs, rbd:...)
+ * @timeout_ms: for remote members, as mdev_open
  * @why: on failure, one line naming the member and the reason
  *
  * A mirror (raid1, raid10) assembles degraded: members that are missing
- * (not given, or not existing), stale (a lower event counter: they missed
+ * (not given, not existing, or a remote that cannot be reached), stale (a lower event counter: they missed
  * writes) or called faulty by the newest superblock leave their role
  * faulty, as long as the other roles still hold a copy of every chunk.
  *
@@ -215,7 +210,8 @@ struct sb_volume {
  * code does not know; a read error).  Reads only.
  */
 int sb_assemble(const char *const *paths, unsigned int n,
-		struct sb_volume *out, char *why, size_t whylen);
+		unsigned int timeout_ms, struct sb_volume *out, char *why,
+		size_t whylen);
 
 /**
  * sb_covered - do the roles whose @state is SB_ROLE_ACTIVE hold at least

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mdev.h - a member seen as a plain device, for what goes around the data
+ * path: superblocks, the write-intent bitmap, the resync after an unclean
+ * shutdown, and creating a volume (bioctl create).
+ *
+ * The data path goes through targets (bio, asynchronous, per thread); this
+ * is synchronous and rare (start, a fault, a bitmap bit), so one interface
+ * serves a local file or block device, another server's NBD export and a
+ * Ceph RBD image alike, and the superblock code never knows which.  A
+ * remote call is bounded by the member's timeout: a dead remote is an
+ * error, never a hang.
+ */
+#ifndef BIONBD_MDEV_H
+#define BIONBD_MDEV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct mdev;
+
+struct mdev_ops {
+	/* All of @len at @off; past the member's end reads as zeros. */
+	int (*pread)(struct mdev *m, void *buf, size_t len, uint64_t off);
+	/* All of @len at @off, or -errno (-ENOSPC past a remote's end). */
+	int (*pwrite)(struct mdev *m, const void *buf, size_t len,
+		      uint64_t off);
+	/* [off, off + len) reads as zeros afterwards. */
+	int (*zero)(struct mdev *m, uint64_t off, uint64_t len);
+	/* What was written is durable. */
+	int (*sync)(struct mdev *m);
+	int (*size)(struct mdev *m, uint64_t *bytes);
+	void (*close)(struct mdev *m);
+};
+
+struct mdev {
+	const struct mdev_ops *ops;
+	int fd; /* a local file or device; -1 for a remote member */
+};
+
+extern const struct mdev_ops mdev_fd_ops;
+
+/* A descriptor the caller owns, seen as an mdev for one call. */
+#define MDEV_FD(fd_) (&(struct mdev){ .ops = &mdev_fd_ops, .fd = (fd_) })
+
+/**
+ * mdev_open - open @member (a path, an NBD URI or rbd:...) for metadata I/O
+ * @write: read-write (a read-only remote is then -EROFS)
+ * @timeout_ms: bound on connecting and on each remote call (0: the
+ *	member type's default, as its target has)
+ *
+ * Returns 0, or -errno with a one-line message naming @member in @why
+ * (-ENOENT: a local path that does not exist).  A local member must be a
+ * regular file or a block device (-EINVAL otherwise).
+ */
+int mdev_open(struct mdev **out, const char *member, bool write,
+	      unsigned int timeout_ms, char *why, size_t whylen);
+
+/* flock(2) LOCK_EX | LOCK_NB on a local member: one writer a volume.  A
+ * remote member cannot be locked from here: 0.  -EWOULDBLOCK when held. */
+int mdev_lock(struct mdev *m);
+
+static inline bool mdev_is_remote(const struct mdev *m)
+{
+	return m->fd < 0;
+}
+
+static inline int mdev_pread(struct mdev *m, void *buf, size_t len,
+			     uint64_t off)
+{
+	return m->ops->pread(m, buf, len, off);
+}
+
+static inline int mdev_pwrite(struct mdev *m, const void *buf, size_t len,
+			      uint64_t off)
+{
+	return m->ops->pwrite(m, buf, len, off);
+}
+
+static inline int mdev_zero(struct mdev *m, uint64_t off, uint64_t len)
+{
+	return len ? m->ops->zero(m, off, len) : 0;
+}
+
+static inline int mdev_sync(struct mdev *m)
+{
+	return m->ops->sync(m);
+}
+
+static inline int mdev_size(struct mdev *m, uint64_t *bytes)
+{
+	return m->ops->size(m, bytes);
+}
+
+static inline void mdev_close(struct mdev *m)
+{
+	if (m)
+		m->ops->close(m);
+}
+
+#endif /* BIONBD_MDEV_H */
