@@ -200,6 +200,9 @@ head -c 16M /dev/urandom >mir.raw
 # open, and the superblock handles must work in the child (librados'
 # threads stay with the parent).
 pidf=$tmp/mir.pid
+# Whatever happens next (a start that fails half-way included), the
+# daemon does not outlive the test.
+on_exit "[[ -s '$pidf' ]] && kill \$(cat '$pidf') 2>/dev/null"
 case $SERVER in
 bionbd) "$BIONBD" -U "$tmp/mir.sock" -P "$pidf" rbd:rbd/r1 rbd:rbd/r0 \
     >mir.log 2>&1 </dev/null ;;
@@ -208,7 +211,6 @@ plugin) nbdkit -U "$tmp/mir.sock" -P "$pidf" "$BIO_PLUGIN" file=rbd:rbd/r1 \
 esac || die "the daemonized server did not start: $(cat mir.log)"
 for ((n = 0; n < 300; n++)); do [[ -s $pidf && -S mir.sock ]] && break; sleep 0.05; done
 mir_pid=$(cat "$pidf") || die "no pid file"
-on_exit "kill $mir_pid 2>/dev/null"
 mir_uri="nbd+unix:///?socket=$tmp/mir.sock"
 nbdcopy mir.raw "$mir_uri" || die "nbdcopy to the mirror of images"
 nbdcopy "$mir_uri" back.raw || die "nbdcopy from the mirror of images"
