@@ -14,8 +14,9 @@
 #    back with `rbd export`).
 #  - A raid1 of two images (bioctl create over rbd: members; superblocks,
 #    bitmap and clean flag on the images) served by a daemonized server:
-#    data on both images at the data offset; the forked process marks the
-#    superblocks clean at exit.
+#    data on both images at the data offset, one watcher an image (the
+#    superblock calls share the data path's handle); the forked process
+#    marks the superblocks clean at exit.
 #  - The pieces of a large request that lie back to back on an image go
 #    as one request (the OSD counts one write and one read per image).
 #  - conf=, id=, keyring=: a client of its own with only RBD rights.
@@ -215,6 +216,14 @@ mir_uri="nbd+unix:///?socket=$tmp/mir.sock"
 nbdcopy mir.raw "$mir_uri" || die "nbdcopy to the mirror of images"
 nbdcopy "$mir_uri" back.raw || die "nbdcopy from the mirror of images"
 cmp mir.raw back.raw || die "the mirror of images reads back other data"
+# The superblock calls and the data path share one image handle: one
+# watcher a member (two clients would pass the exclusive lock back and
+# forth on every bitmap write).
+for i in r0 r1; do
+    rbd_cmd status "rbd/$i" >status.txt 2>&1 || die "rbd status $i"
+    n=$(grep -c "watcher=" status.txt || :)
+    [[ $n -eq 1 ]] || { cat status.txt >&2; die "image $i: $n watchers, expected 1"; }
+done
 "$BIOCTL" info rbd:rbd/r0 >info.txt || :
 expect_grep "role 0 of 2 \(active\).*, not clean" info.txt
 kill "$mir_pid"
