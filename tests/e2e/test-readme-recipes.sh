@@ -9,9 +9,10 @@
 # switched on and off by a file, seen by nbdcopy),
 # socket-activation (nbdcopy and nbdinfo start bionbd themselves), tls-psk
 # and tls-x509 (keys made as the recipe says, nbdinfo over TLS), remote (a
-# file and an nbdkit memory export striped, data copied and compared).  A recipe
-# missing from the README fails, as does one that fails or hangs; no
-# bionbd may be left running.
+# file and an nbdkit memory export striped, data copied and compared),
+# remote-mirror (bioctl create over two nbdkit exports, one killed while
+# served, the data still read back).  A recipe missing from the README
+# fails, as does one that fails or hangs; no bionbd may be left running.
 source "$(dirname "$0")/functions.sh"
 
 requires nbdinfo
@@ -37,7 +38,8 @@ recipe() {
     ' "$SRC_DIR/README.md"
 }
 
-for name in ci-job mirror faults socket-activation tls-psk tls-x509 remote; do
+for name in ci-job mirror faults socket-activation tls-psk tls-x509 remote \
+    remote-mirror; do
     log "recipe $name"
     text=$(recipe "$name")
     [[ -n $text ]] || die "README.md has no '# recipe: $name' block"
