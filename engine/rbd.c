@@ -1286,6 +1286,7 @@ int rbd_mdev_open(struct mdev **out, const char *member, bool write,
 	rm->rt.timeout_ms = opts.timeout_ms;
 	pthread_mutex_init(&rm->lock, NULL);
 	r = rbd_image_open(&rm->rt, member, &opts, why, whylen);
+	rm->pid = getpid(); /* rbm_close puts a handle of this process */
 	if (!r && write && rm->rt.t.readonly)
 		r = verr(why, whylen, -EROFS,
 			 "member %s: a snapshot is read-only", member);
@@ -1293,7 +1294,6 @@ int rbd_mdev_open(struct mdev **out, const char *member, bool write,
 		rbm_close(&rm->m);
 		return r;
 	}
-	rm->pid = getpid();
 	*out = &rm->m;
 	return 0;
 }

@@ -162,11 +162,18 @@ static const char *signature(struct mdev *m)
 		{ 512, "EFI PART", 8, "a GPT partition table" },
 		{ 510, "\x55\xaa", 2, "a DOS partition table or boot sector" },
 	};
-	char buf[16];
+	/*
+	 * One aligned read of the start, not one per signature: a remote
+	 * member may refuse reads that are not whole blocks, and a member
+	 * that cannot be read is not known to be blank.
+	 */
+	enum { START = 72 << 10 };
+	static uint8_t buf[START];
 
+	if (mdev_pread(m, buf, sizeof(buf), 0))
+		return "a start that cannot be read";
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		if (!mdev_pread(m, buf, sigs[i].len, (uint64_t)sigs[i].off) &&
-		    !memcmp(buf, sigs[i].magic, sigs[i].len))
+		if (!memcmp(buf + sigs[i].off, sigs[i].magic, sigs[i].len))
 			return sigs[i].what;
 	return NULL;
 }

@@ -24,7 +24,7 @@
 #  - A raid0 with superblocks over remotes serves; with one remote gone it
 #    is refused in one line.
 #  - A mirror asked of remotes without superblocks: refused, naming bioctl
-#    create.
+#    create; a remote spare: refused.
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -243,4 +243,6 @@ start_remote h0
 start_remote h1
 server_refuses_once --level raid1 --size 16M "$(ruri h0)" "$(ruri h1)"
 expect_grep "has no superblock; make the mirror with bioctl create" "$SERVER_ERR"
+server_refuses_once --spare "$(ruri h0)" "$(ruri m0)" "$(ruri m1)"
+expect_grep "spare .*r-h0.sock: a spare is a local file or block device" "$SERVER_ERR"
 log "ok"

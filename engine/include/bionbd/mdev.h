@@ -41,7 +41,8 @@ struct mdev {
 
 extern const struct mdev_ops mdev_fd_ops;
 
-/* A descriptor the caller owns, seen as an mdev for one call. */
+/* A descriptor the caller owns, seen as an mdev for one call (never
+ * mdev_close'd: the caller closes the descriptor). */
 #define MDEV_FD(fd_) (&(struct mdev){ .ops = &mdev_fd_ops, .fd = (fd_) })
 
 /**
