@@ -213,6 +213,13 @@ int fault_target_create(struct target **out, struct target *below,
 			struct fault_set *set, unsigned int member,
 			const struct fault_geom *g);
 
+/*
+ * rbd.c: between rbd_hold and rbd_release (nested), RBD images opened and
+ * closed again stay open for the next opener: one volume's probes.
+ */
+void rbd_hold(void);
+void rbd_release(void);
+
 /* remote.c, rbd.c: mdev_open (bionbd/mdev.h) for an NBD URI, an RBD image. */
 struct mdev;
 int remote_mdev_open(struct mdev **out, const char *uri, bool write,

@@ -939,10 +939,56 @@ static int handle_get(const char *member, bool readonly,
 	return 0;
 }
 
+static void handle_close(struct rbd_handle *h)
+{
+	rbd_close(h->image);
+	rados_ioctx_destroy(h->ioctx);
+	cluster_put(h->cl);
+	handle_free(h);
+}
+
+/*
+ * While volumes are opened or checked (rbd_hold), a handle nobody holds
+ * any more stays open: the probes of one start (assembly, the member
+ * check, the target's own) then cost one cluster connection and one image
+ * open a member rather than one each.  Under rbd_lock.
+ */
+static unsigned int rbd_holds;
+
+void rbd_hold(void)
+{
+	pthread_mutex_lock(&rbd_lock);
+	rbd_holds++;
+	pthread_mutex_unlock(&rbd_lock);
+}
+
+void rbd_release(void)
+{
+	struct rbd_handle *idle = NULL, *h;
+
+	pthread_mutex_lock(&rbd_lock);
+	if (!--rbd_holds) {
+		for (struct rbd_handle **pp = &rbd_handles; (h = *pp);) {
+			if (h->refs || h->pid != getpid()) {
+				pp = &h->next;
+				continue;
+			}
+			*pp = h->next;
+			h->next = idle;
+			idle = h;
+		}
+	}
+	pthread_mutex_unlock(&rbd_lock);
+	while ((h = idle)) {
+		idle = h->next;
+		handle_close(h);
+	}
+}
+
 static void handle_put(struct rbd_handle *h)
 {
 	pthread_mutex_lock(&rbd_lock);
-	if (--h->refs) {
+	if (--h->refs || rbd_holds) {
 		pthread_mutex_unlock(&rbd_lock);
 		return;
 	}
@@ -953,10 +999,7 @@ static void handle_put(struct rbd_handle *h)
 		}
 	}
 	pthread_mutex_unlock(&rbd_lock);
-	rbd_close(h->image);
-	rados_ioctx_destroy(h->ioctx);
-	cluster_put(h->cl);
-	handle_free(h);
+	handle_close(h);
 }
 
 /* Open the image of @member into @rt (its handle, image and size). */

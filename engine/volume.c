@@ -913,8 +913,8 @@ err:
 	return r;
 }
 
-int volume_check(const struct volume_config *cfg, char *errbuf,
-		 size_t errlen)
+static int check_held(const struct volume_config *cfg, char *errbuf,
+		      size_t errlen)
 {
 	struct member_check *m;
 	struct sb_volume *v = malloc(sizeof(*v));
@@ -1067,7 +1067,38 @@ int volume_open(struct target **out, const struct volume_config *cfg,
 	return volume_open_info(out, cfg, NULL, errbuf, errlen);
 }
 
+/*
+ * A volume's remote members are probed several times as it is checked and
+ * opened (assembly, the member check, the target's open): the RBD images
+ * stay open in between (rbd_hold), a cluster connection each time would
+ * cost tens of milliseconds a member.
+ */
+int volume_check(const struct volume_config *cfg, char *errbuf,
+		 size_t errlen)
+{
+	int r;
+
+	rbd_hold();
+	r = check_held(cfg, errbuf, errlen);
+	rbd_release();
+	return r;
+}
+
+static int open_held(struct target **out, const struct volume_config *cfg,
+		     struct volume_info *info, char *errbuf, size_t errlen);
+
 int volume_open_info(struct target **out, const struct volume_config *cfg,
+		     struct volume_info *info, char *errbuf, size_t errlen)
+{
+	int r;
+
+	rbd_hold();
+	r = open_held(out, cfg, info, errbuf, errlen);
+	rbd_release();
+	return r;
+}
+
+static int open_held(struct target **out, const struct volume_config *cfg,
 		     struct volume_info *info, char *errbuf, size_t errlen)
 {
 	unsigned int n = cfg->nr_members, opened = 0, i;
