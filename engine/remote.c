@@ -47,6 +47,16 @@ struct remote_target {
 	struct io_stats *stats;
 	/* Down since a connection failed, until one is made again. */
 	atomic_bool down;
+	/*
+	 * Block status goes over connections of its own (one a thread, made
+	 * on the first such request) with structured replies, so that the
+	 * data connections can do without: libnbd reads a simple reply in two
+	 * recv calls, a structured read reply in four, and on a 4 KiB read
+	 * those calls are most of what a request costs us.  Only where the
+	 * remote allows multi-conn (a second connection sees what the first
+	 * wrote); otherwise one connection does both.
+	 */
+	bool status_conns;
 	/* The connections of every thread, under remote_lock. */
 	struct remote_conn *conns;
 };
@@ -62,7 +72,8 @@ struct remote_io;
 
 /* One thread's connection to one remote member. */
 struct remote_conn {
-	struct ioq_slot slot; /* key: the target */
+	struct ioq_slot slot; /* key: the target, +1 for a status conn */
+	bool status; /* block status only (see status_conns) */
 	struct ioq_poll poll;
 	struct ioq_timer timer; /* connect or request deadline, if on */
 	bool timer_on;
@@ -172,9 +183,12 @@ static int remote_cmd_err(int e)
 	return remote_conn_errno(e) ? -EIO : -e;
 }
 
-/* A handle set up the same way for the probe and for every connection. */
+/*
+ * A handle set up the same way for the probe and for every connection;
+ * @status: with structured replies and base:allocation.
+ */
 static struct nbd_handle *remote_handle(char *errbuf, size_t errlen,
-					const char *uri)
+					const char *uri, bool status)
 {
 	struct nbd_handle *h = nbd_create();
 
@@ -185,7 +199,10 @@ static struct nbd_handle *remote_handle(char *errbuf, size_t errlen,
 	}
 	/* Our buffers are the client's data: no need to clear them first. */
 	nbd_set_pread_initialize(h, false);
-	(void)nbd_add_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION);
+	if (status)
+		(void)nbd_add_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION);
+	else
+		(void)nbd_set_request_structured_replies(h, false);
 	/*
 	 * A member's URI is the administrator's, not a client's: its
 	 * tls-psk-file= and tls-certificates= may name local files.
@@ -265,7 +282,7 @@ static struct nbd_handle *remote_connect_sync(const char *uri,
 					      size_t errlen)
 {
 	uint64_t end = engine_now_ns() + (uint64_t)timeout_ms * 1000000u;
-	struct nbd_handle *h = remote_handle(errbuf, errlen, uri);
+	struct nbd_handle *h = remote_handle(errbuf, errlen, uri, true);
 	int r;
 
 	if (!h) {
@@ -685,9 +702,13 @@ static void conn_poll_fn(struct ioq_poll *p, unsigned int revents)
 	 * too).  A stale "readable" is not harmless: libnbd pauses a write
 	 * whose payload is half sent to read a reply, and finding none it
 	 * waits for one, while the remote waits for the rest of the payload.
-	 * So look again before saying so.
+	 * So look again before saying so, when libnbd has something to
+	 * send: otherwise a stale "readable" costs it one recv that finds
+	 * nothing, and the look would cost a poll on every reply.
 	 */
-	if ((revents & (POLLIN | POLLERR | POLLHUP)) && conn_readable(c))
+	if ((revents & (POLLIN | POLLERR | POLLHUP)) &&
+	    (!(nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE) ||
+	     conn_readable(c)))
 		(void)nbd_aio_notify_read(c->h);
 	if (c->h && (revents & POLLOUT) &&
 	    (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE))
@@ -726,7 +747,8 @@ static void conn_connect(struct remote_conn *c)
 	struct remote_target *rt = c->rt;
 	char why[256];
 
-	c->h = remote_handle(why, sizeof(why), rt->uri);
+	c->h = remote_handle(why, sizeof(why), rt->uri,
+			     c->status || !rt->status_conns);
 	if (!c->h) {
 		conn_drop(c, why);
 		return;
@@ -770,9 +792,11 @@ static void conn_destroy(struct ioq_slot *s)
 	free(c);
 }
 
-static struct remote_conn *conn_get(struct remote_target *rt, struct ioq *q)
+static struct remote_conn *conn_get(struct remote_target *rt, struct ioq *q,
+				    bool status)
 {
-	struct ioq_slot *s = ioq_slot_find(q, rt);
+	void *key = (char *)rt + status;
+	struct ioq_slot *s = ioq_slot_find(q, key);
 	struct remote_conn *c;
 
 	if (likely(s)) {
@@ -786,7 +810,8 @@ static struct remote_conn *conn_get(struct remote_target *rt, struct ioq *q)
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
-	c->slot.key = rt;
+	c->slot.key = key;
+	c->status = status;
 	c->slot.destroy = conn_destroy;
 	c->q = q;
 	c->rt = rt;
@@ -1125,7 +1150,8 @@ static void remote_submit(struct target *t, struct bio *bio)
 static void remote_queue(struct remote_target *rt, struct ioq *q,
 			 struct bio *bio)
 {
-	struct remote_conn *c = conn_get(rt, q);
+	struct remote_conn *c = conn_get(rt, q, rt->status_conns &&
+						    bio_op(bio) == REQ_OP_EXTENTS);
 
 	if (unlikely(!c)) {
 		ioq_defer_end(q, bio, -ENOMEM);
@@ -1165,7 +1191,7 @@ static void remote_unplug(struct target *t, struct bio **bios,
 {
 	struct remote_target *rt = to_rt(t);
 	struct ioq *q = ioq_current();
-	struct remote_conn *c = conn_get(rt, q);
+	struct remote_conn *c = conn_get(rt, q, false);
 	unsigned int i = 0;
 
 	while (i < nr) {
@@ -1247,6 +1273,7 @@ int remote_target_open(struct target **out, const char *uri,
 	rt->t.whole_io = true;
 	rt->t.readonly = rt->info.readonly;
 	rt->cmd_max = rt->info.max_bytes;
+	rt->status_conns = rt->info.extents && rt->info.multi_conn;
 	if (opts->readonly)
 		rt->info.readonly = true;
 	if (opts->stats_parent)

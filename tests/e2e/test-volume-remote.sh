@@ -119,7 +119,10 @@ PY
 }
 
 # --- 4 nbdkit memory servers, both backends ---------------------------------
-for r in 0 1 2 3; do start_remote "$r" memory 32M; done
+# Remote 0 logs its commands: block status must go over connections of
+# its own (see status_conns in engine/remote.c).
+start_remote 0 --filter=log memory 32M logfile="$tmp/r0.log"
+for r in 1 2 3; do start_remote "$r" memory 32M; done
 uris=("$(ruri 0)" "$(ruri 1)" "$(ruri 2)" "$(ruri 3)")
 for be in io_uring threads; do
     log "4 nbdkit-memory remotes, backend $be"
@@ -149,6 +152,27 @@ assert h.can_multi_conn(), "nbdkit memory has multi-conn: so has the volume"
 PY
     stop_server
 done
+# conn_cmds LOG: "connection: commands" for each connection of an nbdkit
+# log filter's LOG that sent any.
+conn_cmds() {
+    py - "$1" <<'PY'
+import collections, re, sys
+cmds = collections.defaultdict(set)
+for l in open(sys.argv[1]):
+    m = re.search(r"connection=(\d+) (Read|Write|Trim|Zero|Extents|Flush|Cache) id=", l)
+    if m:
+        cmds[m[1]].add(m[2])
+for c, ops in sorted(cmds.items()):
+    print(c + ": " + " ".join(sorted(ops)))
+PY
+}
+# A multi-conn remote: block status on connections that carry nothing
+# else (structured replies there only; the data connections do without).
+conn_cmds "$tmp/r0.log" >r0.conns
+grep -q Extents r0.conns || die "no block status reached remote 0: $(cat r0.conns)"
+grep -q Read r0.conns || die "no read reached remote 0: $(cat r0.conns)"
+! grep Extents r0.conns | grep -qE 'Read|Write|Trim|Zero' ||
+    die "block status shared a data connection: $(cat r0.conns)"
 
 # qemu-img, nbdcopy and fio verify (io_uring).  These sections have a
 # long --timeout: a loaded 2-core CI machine can stall a remote for
@@ -195,7 +219,8 @@ check_layout "${mix[@]}"
 stop_server
 
 # --- what a remote lacks ------------------------------------------------------
-start_remote nomc --filter=multi-conn memory 32M multi-conn-mode=disable
+start_remote nomc --filter=log --filter=multi-conn memory 32M \
+    multi-conn-mode=disable logfile="$tmp/nomc.log"
 start_remote nofua --filter=log --filter=fua memory 32M \
     logfile="$tmp/nofua.log"
 start_remote nozero --filter=nozero memory 32M
@@ -218,8 +243,19 @@ try:
 except nbd.Error as e:
     assert e.errno == "ENOTSUP", e
 assert h.pread(64 << 10, 128 << 10) == b"z" * (64 << 10), "a refused fast zero changed data"
+# chunk 0 is on the member without multi-conn: its block status goes over
+# the one connection its reads use, and still sees a trimmed range.
+h.pwrite(b"m" * (64 << 10), 0)
+h.trim(64 << 10, 0)
+assert h.pread(4096, 0) == bytes(4096)
+seen = []
+h.block_status(64 << 10, 0, lambda ctx, off, ents, err: seen.extend(ents))
+assert seen and seen[1] & 1, f"trimmed chunk not a hole: {seen[:4]}"
 PY
 stop_server
+conn_cmds "$tmp/nomc.log" >nomc.conns
+grep Extents nomc.conns | grep -q Read ||
+    die "no multi-conn: block status must share the data connection: $(cat nomc.conns)"
 # The log filter: the FUA write arrived without FUA, and a flush after it.
 py - "$tmp/nofua.log" <<'PY' || die "FUA emulation on the remote"
 import re, sys
