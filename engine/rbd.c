@@ -908,43 +908,61 @@ out:
 	return r;
 }
 
-/* @member's image, shared with its other users in this process. */
-static int handle_get(const char *member, bool readonly,
-		      unsigned int timeout_ms, struct rbd_handle **out,
-		      char *errbuf, size_t errlen)
-{
-	struct rbd_handle *h;
-	int r;
-
-	pthread_mutex_lock(&rbd_lock);
-	for (h = rbd_handles; h; h = h->next) {
-		if (h->pid == getpid() && !strcmp(h->member, member) &&
-		    (readonly || !h->readonly) && h->timeout_ms == timeout_ms) {
-			h->refs++;
-			*out = h;
-			pthread_mutex_unlock(&rbd_lock);
-			return 0;
-		}
-	}
-	pthread_mutex_unlock(&rbd_lock);
-	/* Opened outside the lock: it takes up to the timeout. */
-	r = handle_open(member, readonly, timeout_ms, &h, errbuf, errlen);
-	if (r)
-		return r;
-	pthread_mutex_lock(&rbd_lock);
-	h->next = rbd_handles;
-	rbd_handles = h;
-	pthread_mutex_unlock(&rbd_lock);
-	*out = h;
-	return 0;
-}
-
 static void handle_close(struct rbd_handle *h)
 {
 	rbd_close(h->image);
 	rados_ioctx_destroy(h->ioctx);
 	cluster_put(h->cl);
 	handle_free(h);
+}
+
+/* A handle of this process's for @member, with a reference; under rbd_lock. */
+static struct rbd_handle *handle_find(const char *member, bool readonly,
+				      unsigned int timeout_ms)
+{
+	for (struct rbd_handle *h = rbd_handles; h; h = h->next) {
+		if (h->pid == getpid() && !strcmp(h->member, member) &&
+		    (readonly || !h->readonly) && h->timeout_ms == timeout_ms) {
+			h->refs++;
+			return h;
+		}
+	}
+	return NULL;
+}
+
+/* @member's image, shared with its other users in this process. */
+static int handle_get(const char *member, bool readonly,
+		      unsigned int timeout_ms, struct rbd_handle **out,
+		      char *errbuf, size_t errlen)
+{
+	struct rbd_handle *h, *mine = NULL;
+	int r;
+
+	pthread_mutex_lock(&rbd_lock);
+	h = handle_find(member, readonly, timeout_ms);
+	pthread_mutex_unlock(&rbd_lock);
+	if (h) {
+		*out = h;
+		return 0;
+	}
+	/* Opened outside the lock: it takes up to the timeout. */
+	r = handle_open(member, readonly, timeout_ms, &mine, errbuf, errlen);
+	if (r)
+		return r;
+	pthread_mutex_lock(&rbd_lock);
+	/* Another thread may have opened it meanwhile: one handle a member. */
+	h = handle_find(member, readonly, timeout_ms);
+	if (!h) {
+		mine->next = rbd_handles;
+		rbd_handles = mine;
+		h = mine;
+		mine = NULL;
+	}
+	pthread_mutex_unlock(&rbd_lock);
+	if (mine)
+		handle_close(mine);
+	*out = h;
+	return 0;
 }
 
 /*
@@ -1243,11 +1261,13 @@ static int rbm_pwrite(struct mdev *m, const void *buf, size_t len,
 		      uint64_t off)
 {
 	struct rbd_mdev *rm = container_of(m, struct rbd_mdev, m);
-	rbd_image_t image = rbm_image(m, &(int){ 0 });
+	rbd_image_t image;
 	ssize_t n;
+	int r;
 
-	if (!image)
-		return -EIO;
+	image = rbm_image(m, &r);
+	if (r)
+		return r;
 	if (off > rm->rt.t.size_bytes || len > rm->rt.t.size_bytes - off)
 		return -ENOSPC;
 	n = rbd_write(image, off, len, buf);
@@ -1257,10 +1277,12 @@ static int rbm_pwrite(struct mdev *m, const void *buf, size_t len,
 static int rbm_zero(struct mdev *m, uint64_t off, uint64_t len)
 {
 	struct rbd_mdev *rm = container_of(m, struct rbd_mdev, m);
-	rbd_image_t image = rbm_image(m, &(int){ 0 });
+	rbd_image_t image;
+	int r;
 
-	if (!image)
-		return -EIO;
+	image = rbm_image(m, &r);
+	if (r)
+		return r;
 	if (off > rm->rt.t.size_bytes || len > rm->rt.t.size_bytes - off)
 		return -ENOSPC;
 	/* In pieces a size_t and an OSD op take comfortably. */
@@ -1278,9 +1300,11 @@ static int rbm_zero(struct mdev *m, uint64_t off, uint64_t len)
 
 static int rbm_sync(struct mdev *m)
 {
-	rbd_image_t image = rbm_image(m, &(int){ 0 });
+	rbd_image_t image;
+	int r;
 
-	return image ? rbd_flush(image) : -EIO;
+	image = rbm_image(m, &r);
+	return r ? r : rbd_flush(image);
 }
 
 static int rbm_size(struct mdev *m, uint64_t *bytes)

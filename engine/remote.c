@@ -1388,7 +1388,10 @@ static int rm_run(struct remote_mdev *rm, enum rm_op op, void *buf,
 	for (uint64_t done = 0; done < len && !r;) {
 		uint64_t n = len - done;
 		uint64_t max = op == RM_ZERO && rm->info.zero ? REMOTE_RANGE_MAX :
-			       op == RM_ZERO ? sizeof(zeros) : rm->info.max_bytes;
+							      rm->info.max_bytes;
+
+		if (op == RM_ZERO && !rm->info.zero && max > sizeof(zeros))
+			max = sizeof(zeros);
 
 		n = n < max ? n : max;
 		if (op == RM_ZERO && !rm->info.zero)
@@ -1416,7 +1419,13 @@ static int rm_call(struct mdev *m, enum rm_op op, void *buf, uint64_t len,
 		if (r)
 			break;
 		r = rm_run(rm, op, buf, len, off);
-		if (!r || !remote_conn_errno(-r))
+		/*
+		 * A remote that closed the connection cleanly leaves libnbd
+		 * with no errno (EIO here) but a dead handle: that one must
+		 * go too, or every later call fails on it.
+		 */
+		if (!r || (!remote_conn_errno(-r) && !nbd_aio_is_dead(rm->h) &&
+			   !nbd_aio_is_closed(rm->h)))
 			break;
 		nbd_close(rm->h);
 		rm->h = NULL;
