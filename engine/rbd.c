@@ -1003,6 +1003,41 @@ void rbd_release(void)
 	}
 }
 
+void rbd_release_locks(void)
+{
+	pthread_mutex_lock(&rbd_lock);
+	for (struct rbd_handle *h = rbd_handles; h; h = h->next) {
+		int owner = 0;
+
+		/* Images without the exclusive-lock feature have none. */
+		if (h->pid == getpid() && !h->readonly &&
+		    !rbd_is_exclusive_lock_owner(h->image, &owner) && owner)
+			(void)rbd_lock_release(h->image);
+	}
+	pthread_mutex_unlock(&rbd_lock);
+}
+
+void rbd_close_all(void)
+{
+	struct rbd_handle *mine = NULL, *h;
+
+	pthread_mutex_lock(&rbd_lock);
+	for (struct rbd_handle **pp = &rbd_handles; (h = *pp);) {
+		if (h->pid != getpid()) {
+			pp = &h->next;
+			continue;
+		}
+		*pp = h->next;
+		h->next = mine;
+		mine = h;
+	}
+	pthread_mutex_unlock(&rbd_lock);
+	while ((h = mine)) {
+		mine = h->next;
+		handle_close(h);
+	}
+}
+
 static void handle_put(struct rbd_handle *h)
 {
 	pthread_mutex_lock(&rbd_lock);

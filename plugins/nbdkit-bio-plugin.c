@@ -553,6 +553,8 @@ static int probe_backend(void)
 	return 0;
 }
 
+static bool rbd_atexit_set;
+
 static int bio_get_ready(void)
 {
 	const struct conf_export *defs = &cmdline;
@@ -605,6 +607,15 @@ static int bio_get_ready(void)
 			     exports[i].info.superblocks ? ", volume '" : "",
 			     exports[i].info.name,
 			     exports[i].info.superblocks ? "'" : "");
+	/*
+	 * nbdkit may fork now and its parent exit: a lock that parent took
+	 * (a superblock written at open) would make the first write wait
+	 * until the cluster gives up on it (~30 s).
+	 */
+	rbd_release_locks();
+	/* And that parent leaves through exit(): close its handles there. */
+	if (!rbd_atexit_set && !atexit(rbd_close_all))
+		rbd_atexit_set = true;
 	return 0;
 }
 

@@ -633,9 +633,12 @@ static int daemonize(void)
 		/*
 		 * _exit: what the process holds (stdio buffers, atexit work,
 		 * members' handles) is the child's now, not the parent's to
-		 * flush, undo or close.
+		 * flush, undo or close.  Except RBD images: their exclusive
+		 * locks would stay with a client that is gone (see
+		 * rbd_close_all), while the child opens them afresh.
 		 */
 		close(p[1]);
+		rbd_close_all();
 		_exit(read(p[0], &c, 1) == 1 ? 0 : 1);
 	}
 	close(p[0]);

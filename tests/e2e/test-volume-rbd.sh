@@ -213,6 +213,18 @@ esac || die "the daemonized server did not start: $(cat mir.log)"
 for ((n = 0; n < 300; n++)); do [[ -s $pidf && -S mir.sock ]] && break; sleep 0.05; done
 mir_pid=$(cat "$pidf") || die "no pid file"
 mir_uri="nbd+unix:///?socket=$tmp/mir.sock"
+# The process that forked the server wrote the superblocks at open, which
+# took the images' exclusive locks: unless it gave them up before leaving,
+# the first write waits ~30 s for the cluster to see the owner gone.
+NBD_URI=$mir_uri nbdpy - <<'PY' || die "the first write to the daemonized mirror"
+import time
+from nbd_e2e import connect
+h = connect()
+t = time.monotonic()
+h.pwrite(b"w" * 4096, 0)
+took = time.monotonic() - t
+assert took < 10, f"the first write took {took:.1f} s: a lock left with the parent?"
+PY
 nbdcopy mir.raw "$mir_uri" || die "nbdcopy to the mirror of images"
 nbdcopy "$mir_uri" back.raw || die "nbdcopy from the mirror of images"
 cmp mir.raw back.raw || die "the mirror of images reads back other data"

@@ -272,6 +272,24 @@ int remote_target_open(struct target **out, const char *uri,
 
 /* -------- RBD target (a Ceph RBD image, librbd) -------- */
 
+/*
+ * rbd_close_all - close every RBD image handle this process opened, used
+ * or not: for a parent about to _exit once it has forked the server.  Its
+ * handles hold the images' exclusive locks (a superblock write at open
+ * takes one); a process that leaves without closing them makes the
+ * server's first write wait ~30 s, until the cluster sees the owner gone.
+ * Nothing may use the handles afterwards.
+ */
+void rbd_close_all(void);
+
+/*
+ * rbd_release_locks - give up the exclusive locks this process's RBD
+ * handles hold, keeping the handles: for a front end that may fork and
+ * leave the parent behind without a hook of its own there (nbdkit); a
+ * later write takes the lock again.
+ */
+void rbd_release_locks(void);
+
 /* Is @member an RBD image (rbd:POOL/IMAGE...) rather than a path? */
 bool rbd_member(const char *member);
 
