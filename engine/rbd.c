@@ -966,6 +966,31 @@ static int handle_get(const char *member, bool readonly,
 }
 
 /*
+ * Close this process's handles (only those nobody holds: @idle), outside
+ * the lock: closing waits for the cluster.
+ */
+static void handles_close(bool idle)
+{
+	struct rbd_handle *gone = NULL, *h;
+
+	pthread_mutex_lock(&rbd_lock);
+	for (struct rbd_handle **pp = &rbd_handles; (h = *pp);) {
+		if ((idle && h->refs) || h->pid != getpid()) {
+			pp = &h->next;
+			continue;
+		}
+		*pp = h->next;
+		h->next = gone;
+		gone = h;
+	}
+	pthread_mutex_unlock(&rbd_lock);
+	while ((h = gone)) {
+		gone = h->next;
+		handle_close(h);
+	}
+}
+
+/*
  * While volumes are opened or checked (rbd_hold), a handle nobody holds
  * any more stays open: the probes of one start (assembly, the member
  * check, the target's own) then cost one cluster connection and one image
@@ -982,25 +1007,13 @@ void rbd_hold(void)
 
 void rbd_release(void)
 {
-	struct rbd_handle *idle = NULL, *h;
+	bool last;
 
 	pthread_mutex_lock(&rbd_lock);
-	if (!--rbd_holds) {
-		for (struct rbd_handle **pp = &rbd_handles; (h = *pp);) {
-			if (h->refs || h->pid != getpid()) {
-				pp = &h->next;
-				continue;
-			}
-			*pp = h->next;
-			h->next = idle;
-			idle = h;
-		}
-	}
+	last = !--rbd_holds;
 	pthread_mutex_unlock(&rbd_lock);
-	while ((h = idle)) {
-		idle = h->next;
-		handle_close(h);
-	}
+	if (last)
+		handles_close(true);
 }
 
 void rbd_release_locks(void)
@@ -1019,23 +1032,7 @@ void rbd_release_locks(void)
 
 void rbd_close_all(void)
 {
-	struct rbd_handle *mine = NULL, *h;
-
-	pthread_mutex_lock(&rbd_lock);
-	for (struct rbd_handle **pp = &rbd_handles; (h = *pp);) {
-		if (h->pid != getpid()) {
-			pp = &h->next;
-			continue;
-		}
-		*pp = h->next;
-		h->next = mine;
-		mine = h;
-	}
-	pthread_mutex_unlock(&rbd_lock);
-	while ((h = mine)) {
-		mine = h->next;
-		handle_close(h);
-	}
+	handles_close(false);
 }
 
 static void handle_put(struct rbd_handle *h)
