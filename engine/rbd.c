@@ -27,8 +27,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdatomic.h>
-#include <rados/librados.h>
-#include <rbd/librbd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +36,7 @@
 #include <bionbd/mdev.h>
 
 #include "internal.h"
+#include "rbdlib.h"
 
 /*
  * librbd retries an operation while the OSDs are away; without a limit a
@@ -273,7 +272,7 @@ static bool same_str(const char *a, const char *b)
 static int cluster_set(rados_t r, const char *key, const char *value,
 		       const char *member, char *errbuf, size_t errlen)
 {
-	int e = rados_conf_set(r, key, value);
+	int e = rbdlib.rados_conf_set(r, key, value);
 
 	if (!e)
 		return 0;
@@ -287,12 +286,12 @@ static int cluster_connect(struct rbd_cluster *cl, const char *member,
 	char secs[32];
 	int r;
 
-	r = rados_create(&cl->rados, cl->id);
+	r = rbdlib.rados_create(&cl->rados, cl->id);
 	if (r)
 		return verr(errbuf, errlen, r, "member %s: %s", member,
 			    strerror(-r));
 	/* NULL: $CEPH_CONF, then /etc/ceph/ceph.conf and the other defaults. */
-	r = rados_conf_read_file(cl->rados, cl->conf);
+	r = rbdlib.rados_conf_read_file(cl->rados, cl->conf);
 	if (r) {
 		verr(errbuf, errlen, r, "member %s: reading %s: %s", member,
 		     cl->conf ? cl->conf : "the Ceph configuration",
@@ -310,7 +309,7 @@ static int cluster_connect(struct rbd_cluster *cl, const char *member,
 	    (cl->keyring && (r = cluster_set(cl->rados, "keyring", cl->keyring,
 					     member, errbuf, errlen))))
 		goto err;
-	r = rados_connect(cl->rados);
+	r = rbdlib.rados_connect(cl->rados);
 	if (r == -ETIMEDOUT) {
 		r = verr(errbuf, errlen, -EHOSTUNREACH,
 			 "member %s: cannot reach the Ceph cluster: no answer within the timeout",
@@ -325,7 +324,7 @@ static int cluster_connect(struct rbd_cluster *cl, const char *member,
 	}
 	return 0;
 err:
-	rados_shutdown(cl->rados);
+	rbdlib.rados_shutdown(cl->rados);
 	return r;
 }
 
@@ -336,6 +335,10 @@ static int cluster_get(const struct rbd_spec *s, unsigned int timeout_ms,
 	struct rbd_cluster *cl;
 	int r;
 
+	/* Every librbd call starts from a cluster: the one place to load it. */
+	r = rbdlib_load(member, errbuf, errlen);
+	if (r)
+		return r;
 	pthread_mutex_lock(&rbd_lock);
 	for (cl = rbd_clusters; cl; cl = cl->next) {
 		if (cl->pid == getpid() && same_str(cl->conf, s->conf) &&
@@ -394,7 +397,7 @@ static void cluster_put(struct rbd_cluster *cl)
 		}
 	}
 	pthread_mutex_unlock(&rbd_lock);
-	rados_shutdown(cl->rados);
+	rbdlib.rados_shutdown(cl->rados);
 	free(cl->conf);
 	free(cl->id);
 	free(cl->keyring);
@@ -481,8 +484,8 @@ static void io_complete_cb(rbd_completion_t c, void *arg)
 {
 	struct rbd_io *io = arg;
 
-	io->ret = rbd_aio_get_return_value(c);
-	rbd_aio_release(c);
+	io->ret = rbdlib.rbd_aio_get_return_value(c);
+	rbdlib.rbd_aio_release(c);
 	io_to_port(io);
 }
 
@@ -493,14 +496,14 @@ static int io_flush(struct rbd_io *io)
 	rbd_completion_t c;
 	int r;
 
-	r = rbd_aio_create_completion(io, io_complete_cb, &c);
+	r = rbdlib.rbd_aio_create_completion(io, io_complete_cb, &c);
 	if (r)
 		return r;
-	r = rbd_aio_flush(atomic_load_explicit(&io->rt->image,
+	r = rbdlib.rbd_aio_flush(atomic_load_explicit(&io->rt->image,
 					       memory_order_acquire),
 			  c);
 	if (r)
-		rbd_aio_release(c);
+		rbdlib.rbd_aio_release(c);
 	return r;
 }
 
@@ -654,25 +657,25 @@ static int io_issue(rbd_image_t image, struct rbd_io *io)
 		if (r)
 			return r;
 	}
-	r = rbd_aio_create_completion(io, io_complete_cb, &c);
+	r = rbdlib.rbd_aio_create_completion(io, io_complete_cb, &c);
 	if (r)
 		return r;
 	switch (io->op) {
 	case REQ_OP_READ:
-		r = rbd_aio_readv(image, io->iov, cnt, off, c);
+		r = rbdlib.rbd_aio_readv(image, io->iov, cnt, off, c);
 		break;
 	case REQ_OP_WRITE:
-		r = rbd_aio_writev(image, io->iov, cnt, off, c);
+		r = rbdlib.rbd_aio_writev(image, io->iov, cnt, off, c);
 		break;
 	case REQ_OP_FLUSH:
-		r = rbd_aio_flush(image, c);
+		r = rbdlib.rbd_aio_flush(image, c);
 		break;
 	case REQ_OP_DISCARD:
-		r = rbd_aio_discard(image, off, len, c);
+		r = rbdlib.rbd_aio_discard(image, off, len, c);
 		break;
 	case REQ_OP_WRITE_ZEROES:
 		/* NBD_CMD_FLAG_NO_HOLE: the range stays allocated. */
-		r = rbd_aio_write_zeroes(image, off, len, c,
+		r = rbdlib.rbd_aio_write_zeroes(image, off, len, c,
 					 io->opf & REQ_NOUNMAP ? thick : 0, 0);
 		break;
 	default:
@@ -680,7 +683,7 @@ static int io_issue(rbd_image_t image, struct rbd_io *io)
 		break;
 	}
 	if (r)
-		rbd_aio_release(c);
+		rbdlib.rbd_aio_release(c);
 	return r;
 }
 
@@ -865,31 +868,31 @@ static int handle_open(const char *member, bool readonly,
 	r = cluster_get(&s, timeout_ms, member, &h->cl, errbuf, errlen);
 	if (r)
 		goto out;
-	r = rados_ioctx_create(h->cl->rados, s.pool, &h->ioctx);
+	r = rbdlib.rados_ioctx_create(h->cl->rados, s.pool, &h->ioctx);
 	if (r) {
 		verr(errbuf, errlen, r, "member %s: pool %s: %s", member,
 		     s.pool, strerror(-r));
 		goto err_cluster;
 	}
 	if (s.ns)
-		rados_ioctx_set_namespace(h->ioctx, s.ns);
+		rbdlib.rados_ioctx_set_namespace(h->ioctx, s.ns);
 	/* A snapshot is read-only whatever the volume asks. */
 	h->snap = s.snap != NULL;
 	h->readonly = readonly || h->snap;
 	r = h->readonly
-		? rbd_open_read_only(h->ioctx, s.image, &h->image, s.snap)
-		: rbd_open(h->ioctx, s.image, &h->image, NULL);
+		? rbdlib.rbd_open_read_only(h->ioctx, s.image, &h->image, s.snap)
+		: rbdlib.rbd_open(h->ioctx, s.image, &h->image, NULL);
 	if (r) {
 		verr(errbuf, errlen, r, "member %s: image %s%s%s: %s", member,
 		     s.image, s.snap ? "@" : "", s.snap ? s.snap : "",
 		     strerror(-r));
 		goto err_ioctx;
 	}
-	r = rbd_get_size(h->image, &h->size);
+	r = rbdlib.rbd_get_size(h->image, &h->size);
 	if (r) {
 		verr(errbuf, errlen, r, "member %s: size: %s", member,
 		     strerror(-r));
-		rbd_close(h->image);
+		rbdlib.rbd_close(h->image);
 		goto err_ioctx;
 	}
 	h->timeout_ms = timeout_ms;
@@ -898,7 +901,7 @@ static int handle_open(const char *member, bool readonly,
 	*out = h;
 	goto out;
 err_ioctx:
-	rados_ioctx_destroy(h->ioctx);
+	rbdlib.rados_ioctx_destroy(h->ioctx);
 err_cluster:
 	cluster_put(h->cl);
 out:
@@ -910,8 +913,8 @@ out:
 
 static void handle_close(struct rbd_handle *h)
 {
-	rbd_close(h->image);
-	rados_ioctx_destroy(h->ioctx);
+	rbdlib.rbd_close(h->image);
+	rbdlib.rados_ioctx_destroy(h->ioctx);
 	cluster_put(h->cl);
 	handle_free(h);
 }
@@ -1024,8 +1027,8 @@ void rbd_release_locks(void)
 
 		/* Images without the exclusive-lock feature have none. */
 		if (h->pid == getpid() && !h->readonly &&
-		    !rbd_is_exclusive_lock_owner(h->image, &owner) && owner)
-			(void)rbd_lock_release(h->image);
+		    !rbdlib.rbd_is_exclusive_lock_owner(h->image, &owner) && owner)
+			(void)rbdlib.rbd_lock_release(h->image);
 	}
 	pthread_mutex_unlock(&rbd_lock);
 }
@@ -1285,7 +1288,7 @@ static int rbm_pread(struct mdev *m, void *buf, size_t len, uint64_t off)
 	}
 	if (!len)
 		return 0;
-	n = rbd_read(image, off, len, buf);
+	n = rbdlib.rbd_read(image, off, len, buf);
 	return n < 0 ? (int)n : (size_t)n == len ? 0 : -EIO;
 }
 
@@ -1302,7 +1305,7 @@ static int rbm_pwrite(struct mdev *m, const void *buf, size_t len,
 		return r;
 	if (off > rm->rt.t.size_bytes || len > rm->rt.t.size_bytes - off)
 		return -ENOSPC;
-	n = rbd_write(image, off, len, buf);
+	n = rbdlib.rbd_write(image, off, len, buf);
 	return n < 0 ? (int)n : (size_t)n == len ? 0 : -EIO;
 }
 
@@ -1320,7 +1323,7 @@ static int rbm_zero(struct mdev *m, uint64_t off, uint64_t len)
 	/* In pieces a size_t and an OSD op take comfortably. */
 	while (len) {
 		size_t n = len < (64u << 20) ? (size_t)len : 64u << 20;
-		ssize_t w = rbd_write_zeroes(image, off, n, 0, 0);
+		ssize_t w = rbdlib.rbd_write_zeroes(image, off, n, 0, 0);
 
 		if (w < 0)
 			return (int)w;
@@ -1336,7 +1339,7 @@ static int rbm_sync(struct mdev *m)
 	int r;
 
 	image = rbm_image(m, &r);
-	return r ? r : rbd_flush(image);
+	return r ? r : rbdlib.rbd_flush(image);
 }
 
 static int rbm_size(struct mdev *m, uint64_t *bytes)

@@ -551,6 +551,10 @@ stop_server() {
     rm -f "$NBD_SOCK"
 }
 
+# SERVER_WRAPPER: a command (array) that server_must_fail runs the server
+# under, e.g. to start it in a namespace of its own; empty by default.
+SERVER_WRAPPER=()
+
 server_must_fail() {
     local pidfile rc=0
     _server_seq=$((_server_seq + 1))
@@ -559,7 +563,8 @@ server_must_fail() {
     SERVER_ERR=$tmp/server.$_server_seq.err
     _server_cmd "$sock" "$pidfile" "$@"
     # A server that starts serving would run until the timeout (124).
-    timeout 20 "${_cmd[@]}" </dev/null >"$SERVER_ERR" 2>&1 || rc=$?
+    timeout 20 "${SERVER_WRAPPER[@]}" "${_cmd[@]}" </dev/null >"$SERVER_ERR" 2>&1 ||
+        rc=$?
     if [[ $rc -eq 0 || $rc -eq 124 ]]; then
         sed 's/^/    /' "$SERVER_ERR" >&2
         die "expected the server to refuse (exit $rc): ${_cmd[*]}"

@@ -3,6 +3,9 @@
 # Description: RBD members (docs/remote.md): volumes over Ceph RBD images
 # of a real single-node cluster this test starts and stops itself
 # (ceph-cluster.sh: mon, mgr, one OSD on a file, all on 127.0.0.1).
+#  - librbd is loaded only when a member is an RBD image: a volume of
+#    files never maps it, one over an image does; without the library an
+#    RBD member is refused in one line that names the packages.
 #  - One image as the whole export (bionbd as an NBD gateway to Ceph):
 #    zero, trim, flush, cache, FUA, multi-conn; qemu-io, qemu-img convert
 #    and compare, nbdcopy; `rbd export` of the image equals what was
@@ -47,6 +50,26 @@ done
 make_tmpdir
 cd "$tmp"
 
+# --- librbd only for RBD members ---------------------------------------------
+log "librbd: mapped only when a member is an RBD image"
+truncate -s 16M plain0.img plain1.img
+start_server "$tmp/plain0.img" "$tmp/plain1.img"
+nbdinfo --size "$NBD_URI" >/dev/null || die "the volume of files does not serve"
+! grep -E '/lib(rbd|rados)\.so' "/proc/$SERVER_PID/maps" ||
+    die "a volume of files mapped librbd or librados"
+stop_server
+# Without librados (hidden in a private mount namespace), a clear refusal
+# before any cluster is needed.
+requires unshare --version
+rados_so=$(ldconfig -p | awk '$1 == "librados.so.2" { print $NF; exit }')
+rados_so=$(readlink -f "$rados_so")
+[[ -f $rados_so ]] || die "librados.so.2 not found by ldconfig"
+SERVER_WRAPPER=(unshare -m --propagation private
+    bash -c 'mount --bind /dev/null "$0" && exec "$@"' "$rados_so")
+server_refuses_once rbd:rbd/single
+SERVER_WRAPPER=()
+expect_grep "member rbd:rbd/single: RBD members need librbd and librados \(Debian packages librbd1 and librados2\): .*librados\.so\.2: file too short" "$SERVER_ERR"
+
 # BlueStore needs O_DIRECT: /var/tmp, since /tmp may be a tmpfs.
 cdir=$(mktemp -d /var/tmp/test-ceph.XXXXXX)
 on_exit "rm -rf '$cdir'"
@@ -86,6 +109,8 @@ PY
 # --- one image as the export -------------------------------------------------
 log "one image as the export"
 start_server rbd:rbd/single
+grep -q '/librbd\.so' "/proc/$SERVER_PID/maps" ||
+    die "serving an RBD image, yet librbd is not mapped"
 [[ $(nbdinfo --size "$NBD_URI") -eq $((64 << 20)) ]] || die "size: expected 64M"
 NBD_URI=$NBD_URI nbdpy - <<'PY' || die "ops on one image"
 import nbd
