@@ -23,6 +23,13 @@
  * the cluster takes to answer, so it is a thread of its own, the
  * connector; bios that arrive meanwhile wait on the target and go back to
  * their ports, to be issued or failed there, when it is done.
+ *
+ * Extents come from the image's object map (librbd's diff walk, whole
+ * objects), where the image has fast-diff: a client copying a sparse
+ * image (nbdcopy, qemu-img convert) then skips what was never written
+ * instead of reading zeros over the network.  The walk is synchronous and
+ * may wait for an OSD, so it runs on a thread of the target's own, the
+ * walker, and comes back through the port like a librbd completion.
  */
 #include <errno.h>
 #include <poll.h>
@@ -44,6 +51,12 @@
  * remote NBD member's: a loaded cluster's latency is not a failure.
  */
 #define RBD_TIMEOUT_MS_DEFAULT 30000u
+/*
+ * Objects one extents request walks at most; the rest of the range is left
+ * unreported (the client asks again from there).  4 GiB of default 4 MiB
+ * objects, at most twice as many extents.
+ */
+#define RBD_EXTENTS_MAX_OBJECTS 1024u
 /* Segments described on the stack; a bio with more allocates. */
 #define RBD_IOV_INLINE 16
 
@@ -85,6 +98,8 @@ struct rbd_handle {
 	rados_ioctx_t ioctx;
 	rbd_image_t image;
 	uint64_t size;
+	uint64_t obj_size;
+	bool fast_diff; /* an object map to take extents from */
 };
 
 static void handle_put(struct rbd_handle *h);
@@ -109,6 +124,13 @@ struct rbd_target {
 	 */
 	atomic_bool stalled;
 	struct io_stats *stats;
+	/* The walker (extents), started by the first extents request. */
+	pthread_mutex_t walk_lock;
+	pthread_cond_t walk_cond;
+	struct rbd_io *walk_head, **walk_tail;
+	pthread_t walker;
+	pid_t walker_pid; /* 0: none; a forked child starts its own */
+	bool walk_stop;
 };
 
 /* A member that could not be reached is tried again after this. */
@@ -134,6 +156,8 @@ struct rbd_io {
 	bool issue; /* back from the connector: issue it now (ret 0) */
 	struct iovec *iov; /* iov_inline, or allocated */
 	struct iovec iov_inline[RBD_IOV_INLINE];
+	/* Extents: the walker's answer, added to the bio's list at the end. */
+	struct bio_extents ext;
 };
 
 /* One submitting thread's end of the completions (see the file comment). */
@@ -454,6 +478,11 @@ static void io_end(struct rbd_port *p, struct rbd_io *io, int err)
 	bool report = err && err != -EOPNOTSUPP &&
 		      !rbd_note_answer(io->rt, io->ret);
 
+	/* On the bio's thread: the pieces of one bio share its list. */
+	for (size_t i = 0; !err && i < io->ext.nr; i++)
+		err = bio_extents_add(io->bios[0]->bi_ext, io->ext.v[i].offset,
+				      io->ext.v[i].length, io->ext.v[i].flags);
+	bio_extents_free(&io->ext);
 	for (unsigned int i = 0; i < io->nr_bios; i++) {
 		if (report)
 			target_report_error(&io->rt->t, io->bios[i], err);
@@ -616,6 +645,160 @@ static struct rbd_port *port_get(struct ioq *q)
 	return p;
 }
 
+/* ---- extents: the walker ---- */
+
+struct walk_range {
+	uint64_t start, end;
+};
+
+/* One extents request's walk, on the image's offsets. */
+struct walk {
+	uint64_t start, end;
+	struct walk_range *v; /* what the diff reported as existing */
+	size_t nr, cap;
+	int err;
+};
+
+static int walk_cb(uint64_t off, size_t len, int exists, void *arg)
+{
+	struct walk *w = arg;
+	uint64_t end = off + len;
+
+	/* exists = 0: removed since the start of history, a hole. */
+	if (!exists)
+		return 0;
+	off = off > w->start ? off : w->start;
+	end = end < w->end ? end : w->end;
+	if (off >= end)
+		return 0;
+	if (w->nr && w->v[w->nr - 1].end == off) {
+		w->v[w->nr - 1].end = end;
+		return 0;
+	}
+	if (w->nr == w->cap) {
+		size_t cap = w->cap ? w->cap * 2 : 32;
+		struct walk_range *v = realloc(w->v, cap * sizeof(*v));
+
+		if (!v) {
+			w->err = -ENOMEM;
+			return -ENOMEM; /* stops the walk */
+		}
+		w->v = v;
+		w->cap = cap;
+	}
+	w->v[w->nr++] = (struct walk_range){ .start = off, .end = end };
+	return 0;
+}
+
+static int walk_range_cmp(const void *a, const void *b)
+{
+	const struct walk_range *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/*
+ * The walker's part of an extents request: @io->ext gets the extents of a
+ * prefix of @io's range (all of it, up to RBD_EXTENTS_MAX_OBJECTS
+ * objects), as offsets in the bio; @io->ret 0 or librbd's error.
+ */
+static void walk(struct rbd_io *io)
+{
+	const struct rbd_handle *h = io->rt->h;
+	const uint64_t base = io->bios[0]->bi_iter.bi_done;
+	const uint32_t hole = BIO_EXT_HOLE | BIO_EXT_ZERO;
+	struct walk w = { .start = io->off, .end = io->off + io->len };
+	uint64_t flags = 0, pos;
+	int r = 0;
+
+	if (h->fast_diff && h->obj_size) {
+		uint64_t span = (uint64_t)RBD_EXTENTS_MAX_OBJECTS * h->obj_size;
+
+		if (w.end - w.start > span)
+			w.end = w.start + span;
+		r = rbdlib.rbd_get_flags(h->image, &flags);
+	}
+	/* An object map marked invalid (rbd object-map rebuild) tells nothing. */
+	if (r || !h->fast_diff || !h->obj_size ||
+	    (flags & RBD_FLAG_FAST_DIFF_INVALID)) {
+		io->ret = r ? r : bio_extents_add(&io->ext, base, io->len, 0);
+		return;
+	}
+	/* include_parent: a clone's data may be its parent's. */
+	r = rbdlib.rbd_diff_iterate2(h->image, NULL, w.start, w.end - w.start,
+				     1, 1, walk_cb, &w);
+	if (w.err)
+		r = w.err;
+	/* Whatever order the diff reported in: sorted, holes between. */
+	if (w.nr)
+		qsort(w.v, w.nr, sizeof(*w.v), walk_range_cmp);
+	pos = w.start;
+	for (size_t i = 0; !r && i < w.nr; i++) {
+		uint64_t s = w.v[i].start > pos ? w.v[i].start : pos;
+
+		if (w.v[i].end <= pos)
+			continue;
+		r = bio_extents_add(&io->ext, base + pos - io->off, s - pos,
+				    hole);
+		if (!r)
+			r = bio_extents_add(&io->ext, base + s - io->off,
+					    w.v[i].end - s, 0);
+		pos = w.v[i].end;
+	}
+	if (!r)
+		r = bio_extents_add(&io->ext, base + pos - io->off,
+				    w.end - pos, hole);
+	free(w.v);
+	io->ret = r;
+}
+
+static void *rbd_walker(void *arg)
+{
+	struct rbd_target *rt = arg;
+
+	pthread_mutex_lock(&rt->walk_lock);
+	for (;;) {
+		struct rbd_io *io = rt->walk_head;
+
+		if (!io) {
+			if (rt->walk_stop)
+				break;
+			pthread_cond_wait(&rt->walk_cond, &rt->walk_lock);
+			continue;
+		}
+		rt->walk_head = io->next;
+		if (!rt->walk_head)
+			rt->walk_tail = &rt->walk_head;
+		pthread_mutex_unlock(&rt->walk_lock);
+		walk(io);
+		io_to_port(io);
+		pthread_mutex_lock(&rt->walk_lock);
+	}
+	pthread_mutex_unlock(&rt->walk_lock);
+	return NULL;
+}
+
+/* Hand an extents request to the walker, starting it the first time. */
+static int walker_queue(struct rbd_target *rt, struct rbd_io *io)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&rt->walk_lock);
+	if (rt->walker_pid != getpid()) {
+		r = -pthread_create(&rt->walker, NULL, rbd_walker, rt);
+		if (!r)
+			rt->walker_pid = getpid();
+	}
+	if (!r) {
+		io->next = NULL;
+		*rt->walk_tail = io;
+		rt->walk_tail = &io->next;
+		pthread_cond_signal(&rt->walk_cond);
+	}
+	pthread_mutex_unlock(&rt->walk_lock);
+	return r;
+}
+
 /* ---- issuing ---- */
 
 /* The data of all of @io's bios, in order, as one iovec array. */
@@ -652,6 +835,8 @@ static int io_issue(rbd_image_t image, struct rbd_io *io)
 	rbd_completion_t c;
 	int cnt = 0, r;
 
+	if (io->op == REQ_OP_EXTENTS)
+		return walker_queue(io->rt, io);
 	if (io->op == REQ_OP_READ || io->op == REQ_OP_WRITE) {
 		r = io_iov(io, &cnt);
 		if (r)
@@ -688,12 +873,12 @@ static int io_issue(rbd_image_t image, struct rbd_io *io)
 }
 
 /*
- * What needs no request to the cluster: a read-ahead hint, the extents
- * (all data: librbd's only way to know is a synchronous walk of the
- * object map), and a fast zero, which librbd cannot promise (a partial
- * object is written).  -1: send it.
+ * What needs no request to the cluster: a read-ahead hint, the extents of
+ * an image without an object map (all data: only reading would tell),
+ * and a fast zero, which librbd cannot promise (a partial object is
+ * written).  -1: send it.
  */
-static int rbd_answer_here(const struct rbd_target *rt, const struct bio *bio)
+static int rbd_answer_here(struct rbd_target *rt, const struct bio *bio)
 {
 	enum req_op op = bio_op(bio);
 
@@ -703,6 +888,10 @@ static int rbd_answer_here(const struct rbd_target *rt, const struct bio *bio)
 	case REQ_OP_CACHE:
 		return 0;
 	case REQ_OP_EXTENTS:
+		/* Not connected yet: the walker decides once it is. */
+		if (!atomic_load_explicit(&rt->image, memory_order_acquire) ||
+		    rt->h->fast_diff)
+			return -1;
 		return bio_extents_add(bio->bi_ext, bio->bi_iter.bi_done,
 				       bio->bi_iter.bi_size, 0);
 	case REQ_OP_WRITE_ZEROES:
@@ -753,6 +942,7 @@ static void rbd_send(struct rbd_target *rt, struct ioq *q, struct bio **bios,
 	io->ret = 0;
 	io->issue = false;
 	io->iov = io->iov_inline;
+	io->ext = (struct bio_extents){ 0 };
 	io->then_flush = (io->opf & REQ_FUA) && (io->op == REQ_OP_WRITE ||
 						 io->op == REQ_OP_WRITE_ZEROES ||
 						 io->op == REQ_OP_DISCARD);
@@ -814,6 +1004,15 @@ static void rbd_destroy(struct target *t)
 
 	if (rt->joinable)
 		pthread_join(rt->connector, NULL);
+	if (rt->walker_pid == getpid()) {
+		pthread_mutex_lock(&rt->walk_lock);
+		rt->walk_stop = true;
+		pthread_cond_signal(&rt->walk_cond);
+		pthread_mutex_unlock(&rt->walk_lock);
+		pthread_join(rt->walker, NULL);
+	}
+	pthread_cond_destroy(&rt->walk_cond);
+	pthread_mutex_destroy(&rt->walk_lock);
 	/* rbd_close waits for what is still out (nothing: drained). */
 	if (rt->image)
 		handle_put(rt->h);
@@ -853,6 +1052,8 @@ static int handle_open(const char *member, bool readonly,
 		       char *errbuf, size_t errlen)
 {
 	struct rbd_handle *h = calloc(1, sizeof(*h));
+	rbd_image_info_t info;
+	uint64_t features = 0;
 	struct rbd_spec s;
 	int r;
 
@@ -889,12 +1090,18 @@ static int handle_open(const char *member, bool readonly,
 		goto err_ioctx;
 	}
 	r = rbdlib.rbd_get_size(h->image, &h->size);
+	if (!r)
+		r = rbdlib.rbd_get_features(h->image, &features);
+	if (!r)
+		r = rbdlib.rbd_stat(h->image, &info, sizeof(info));
 	if (r) {
 		verr(errbuf, errlen, r, "member %s: size: %s", member,
 		     strerror(-r));
 		rbdlib.rbd_close(h->image);
 		goto err_ioctx;
 	}
+	h->fast_diff = features & RBD_FEATURE_FAST_DIFF;
+	h->obj_size = info.obj_size;
 	h->timeout_ms = timeout_ms;
 	h->pid = getpid();
 	h->refs = 1;
@@ -1210,6 +1417,9 @@ int rbd_target_open(struct target **out, const char *member,
 		return r;
 	}
 	pthread_mutex_init(&rt->connect_lock, NULL);
+	pthread_mutex_init(&rt->walk_lock, NULL);
+	pthread_cond_init(&rt->walk_cond, NULL);
+	rt->walk_tail = &rt->walk_head;
 	rt->readonly = (opts && opts->readonly) || rt->t.readonly;
 	if (rt->t.readonly && !(opts && opts->readonly))
 		target_notice(

@@ -6,6 +6,10 @@
 #  - librbd is loaded only when a member is an RBD image: a volume of
 #    files never maps it, one over an image does; without the library an
 #    RBD member is refused in one line that names the packages.
+#  - Extents from the image's object map (fast-diff): a new image is one
+#    hole, a write makes its 4 MiB object data, a trimmed object is a hole
+#    again, a snapshot answers from its own map, nbdcopy's copy of a sparse
+#    image is sparse; an image without an object map reads as all data.
 #  - One image as the whole export (bionbd as an NBD gateway to Ceph):
 #    zero, trim, flush, cache, FUA, multi-conn; qemu-io, qemu-img convert
 #    and compare, nbdcopy; `rbd export` of the image equals what was
@@ -106,6 +110,18 @@ print(f"layout: {len(vol) // C} chunks where the rule puts them", file=sys.stder
 PY
 }
 
+# snapshot_then_write IMAGE SNAP: snapshot rbd/IMAGE, then write 40K at its
+# start through the server: the image and the snapshot differ there.
+snapshot_then_write() {
+    rbd_cmd snap create "rbd/$1@$2" >/dev/null 2>&1 || die "rbd snap create $1@$2"
+    start_server "rbd:rbd/$1"
+    NBD_URI=$NBD_URI nbdpy - <<'PY' || die "writing after the snapshot of $1"
+from nbd_e2e import connect
+connect().pwrite(b"after" * 8192, 0)
+PY
+    stop_server
+}
+
 # --- one image as the export -------------------------------------------------
 log "one image as the export"
 start_server rbd:rbd/single
@@ -152,13 +168,7 @@ export_image single single.rbd
 cmp single.raw single.rbd || die "the image in Ceph differs from what was written"
 
 # A snapshot: that moment's data, read-only.
-rbd_cmd snap create rbd/single@one >/dev/null 2>&1 || die "rbd snap create"
-start_server rbd:rbd/single
-NBD_URI=$NBD_URI nbdpy - <<'PY' || die "writing after the snapshot"
-from nbd_e2e import connect
-connect().pwrite(b"after" * 8192, 0)
-PY
-stop_server
+snapshot_then_write single one
 start_server rbd:rbd/single@one
 grep -q "snapshot is read-only" "$SERVER_LOG" ||
     [[ $SERVER == plugin ]] || die "no notice that the snapshot is read-only"
@@ -175,6 +185,63 @@ except nbd.Error as e:
 PY
 nbdcopy "$NBD_URI" snap.raw || die "nbdcopy of the snapshot"
 cmp single.raw snap.raw || die "the snapshot does not hold the data of its moment"
+stop_server
+
+# --- extents from the object map ----------------------------------------------
+log "extents: holes from the object map; all data without one"
+rbd_cmd create --size 64M rbd/sparse || die "rbd create sparse"
+rbd_cmd info rbd/sparse | grep -q fast-diff ||
+    die "the default image features lack fast-diff"
+start_server rbd:rbd/sparse
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "extents of a sparse image"
+import nbd
+from nbd_e2e import block_status, check, connect
+M = 1 << 20
+HZ = nbd.STATE_HOLE | nbd.STATE_ZERO
+h = connect()
+got = block_status(h, 64 * M, 0)
+check(got == [(0, 64 * M, HZ)], f"a new image is one hole: {got}")
+# Objects are 4 MiB: a write makes its whole object data.
+h.pwrite(b"\x55" * 4096, 20 * M + 4096)
+h.pwrite(b"\x66" * 4096, 63 * M)
+got = block_status(h, 64 * M, 0)
+check(got == [(0, 20 * M, HZ), (20 * M, 4 * M, 0), (24 * M, 36 * M, HZ),
+              (60 * M, 4 * M, 0)], f"after two writes: {got}")
+got = block_status(h, 10 * M, 22 * M)
+check(got == [(22 * M, 2 * M, 0), (24 * M, 8 * M, HZ)], f"a sub-range: {got}")
+# A whole object trimmed is gone again.
+h.trim(4 * M, 20 * M)
+got = block_status(h, 64 * M, 0)
+check(got == [(0, 60 * M, HZ), (60 * M, 4 * M, 0)], f"after the trim: {got}")
+check(h.pread(4096, 63 * M) == b"\x66" * 4096, "the data where it says data")
+check(h.pread(4096, 20 * M + 4096) == bytes(4096), "zeros where it says hole")
+PY
+# nbdcopy skips what was never written: the copy holds one object's data.
+nbdcopy "$NBD_URI" sparse.raw || die "nbdcopy of the sparse image"
+[[ $(stat -c %s sparse.raw) -eq $((64 << 20)) ]] || die "nbdcopy: size"
+alloc=$(($(stat -c %b sparse.raw) * $(stat -c %B sparse.raw)))
+((alloc <= 8 << 20)) || die "nbdcopy wrote $alloc bytes of a 64M image with 4M of data"
+stop_server
+# A snapshot answers from its own object map.
+snapshot_then_write sparse before
+start_server rbd:rbd/sparse@before
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "extents of a snapshot"
+import nbd
+from nbd_e2e import block_status, check, connect
+M = 1 << 20
+HZ = nbd.STATE_HOLE | nbd.STATE_ZERO
+got = block_status(connect(), 64 * M, 0)
+check(got == [(0, 60 * M, HZ), (60 * M, 4 * M, 0)], f"the snapshot: {got}")
+PY
+stop_server
+# Without an object map nothing but a read would tell: all data.
+rbd_cmd create --size 16M --image-feature layering rbd/plain || die "rbd create plain"
+start_server rbd:rbd/plain
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "extents without an object map"
+from nbd_e2e import block_status, check, connect
+got = block_status(connect(), 16 << 20, 0)
+check(got == [(0, 16 << 20, 0)], f"no object map: {got}")
+PY
 stop_server
 
 # --- striped over 4 images; over files and images ----------------------------
