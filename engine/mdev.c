@@ -158,3 +158,21 @@ int mdev_lock(struct mdev *m)
 		return 0;
 	return -errno;
 }
+
+int mdev_claim(struct mdev *m, const char *member, char *why, size_t whylen)
+{
+	int r;
+
+	if (m->ops->claim)
+		return m->ops->claim(m, why, whylen);
+	r = mdev_lock(m);
+	if (r == -EWOULDBLOCK)
+		return verr(why, whylen, -EBUSY,
+			    "member %s: in use by another process (a server "
+			    "or bioctl has the volume open)",
+			    member);
+	if (r)
+		return verr(why, whylen, r, "member %s: flock: %s", member,
+			    strerror(-r));
+	return 0;
+}

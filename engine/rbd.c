@@ -1569,6 +1569,46 @@ static void rbm_close(struct mdev *m)
 	free(rm);
 }
 
+/*
+ * A server with the image open watches its header; so does this process's
+ * own handle, whose watch carries this cluster connection's id.  Any
+ * other watcher is a client that may write while we rewrite.
+ */
+static int rbm_claim(struct mdev *m, char *why, size_t whylen)
+{
+	struct rbd_mdev *rm = container_of(m, struct rbd_mdev, m);
+	const char *name = rm->rt.t.name;
+	rbd_image_watcher_t w[8];
+	size_t n = ARRAY_SIZE(w), others = 0, first = 0;
+	rbd_image_t image;
+	uint64_t self;
+	int r;
+
+	image = rbm_image(m, &r);
+	if (r)
+		return verr(why, whylen, r, "member %s: %s", name,
+			    strerror(-r));
+	self = rbdlib.rados_get_instance_id(rm->rt.h->cl->rados);
+	r = rbdlib.rbd_watchers_list(image, w, &n);
+	if (r == -ERANGE)
+		return verr(why, whylen, -EBUSY,
+			    "member %s: in use by %zu other clients", name, n);
+	if (r)
+		return verr(why, whylen, r, "member %s: listing its clients: %s",
+			    name, strerror(-r));
+	for (size_t i = 0; i < n; i++) {
+		if ((uint64_t)w[i].id != self && !others++)
+			first = i;
+	}
+	if (others)
+		r = verr(why, whylen, -EBUSY,
+			 "member %s: in use by another client (client.%lld at %s%s): stop the server that serves it first (a killed one keeps it until the cluster times it out, about 30 s)",
+			 name, (long long)w[first].id, w[first].addr,
+			 others > 1 ? " and others" : "");
+	rbdlib.rbd_watchers_list_cleanup(w, n);
+	return r;
+}
+
 static const struct mdev_ops rbd_mdev_ops = {
 	.pread = rbm_pread,
 	.pwrite = rbm_pwrite,
@@ -1576,6 +1616,7 @@ static const struct mdev_ops rbd_mdev_ops = {
 	.sync = rbm_sync,
 	.size = rbm_size,
 	.close = rbm_close,
+	.claim = rbm_claim,
 };
 
 int rbd_mdev_open(struct mdev **out, const char *member, bool write,

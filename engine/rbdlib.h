@@ -22,12 +22,14 @@
 #define RBDLIB_RADOS_FUNCS(X)                                             \
 	X(rados_create) X(rados_conf_read_file) X(rados_conf_set)         \
 	X(rados_connect) X(rados_shutdown) X(rados_ioctx_create)          \
-	X(rados_ioctx_destroy) X(rados_ioctx_set_namespace)
+	X(rados_ioctx_destroy) X(rados_ioctx_set_namespace)               \
+	X(rados_get_instance_id)
 
 #define RBDLIB_RBD_FUNCS(X)                                               \
 	X(rbd_open) X(rbd_open_read_only) X(rbd_close) X(rbd_get_size)    \
 	X(rbd_get_features) X(rbd_get_flags) X(rbd_stat)                  \
-	X(rbd_diff_iterate2)                                              \
+	X(rbd_diff_iterate2) X(rbd_watchers_list)                         \
+	X(rbd_watchers_list_cleanup)                                      \
 	X(rbd_read) X(rbd_write) X(rbd_write_zeroes) X(rbd_flush)         \
 	X(rbd_is_exclusive_lock_owner) X(rbd_lock_release)                \
 	X(rbd_aio_create_completion) X(rbd_aio_release)                   \

@@ -22,7 +22,8 @@
  * all-clear write-intent bitmap on every member: a new volume has nothing
  * to resync.  create, info and check also take remote members (NBD URIs,
  * rbd: names; mdev.h), which are used as they are: never extended nor
- * locked.
+ * locked, but an RBD image another client has open is refused where
+ * bioctl writes (mdev_claim).
  * info shows each member's superblock and whether the members
  * make one complete, consistent volume, with the same check the servers
  * make when they start (sb_assemble); a mirror that lost members but
@@ -290,6 +291,8 @@ static int create_open(char **paths, int i, int *fd, struct stat *st,
 			if (!strcmp(paths[i], paths[j]))
 				return fail("member %s: given twice",
 					    paths[i]);
+		if (mdev_claim(*md, paths[i], why, sizeof(why)))
+			return fail("%s", why);
 		return 0;
 	}
 	*fd = open(paths[i], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -1126,9 +1129,8 @@ static int check_mirror(char **paths, const struct sb_volume *v,
 			goto out;
 		}
 		/* Rewriting copies under a server would race its writes. */
-		if (repair && !mdev_is_remote(mc->md[r]) &&
-		    lock_member(mc->md[r]->fd, path)) {
-			rc = 1;
+		if (repair && mdev_claim(mc->md[r], path, why, sizeof(why))) {
+			rc = fail("%s", why);
 			goto out;
 		}
 	}

@@ -23,7 +23,8 @@
 #    bitmap and clean flag on the images) served by a daemonized server:
 #    data on both images at the data offset, one watcher an image (the
 #    superblock calls share the data path's handle); the forked process
-#    marks the superblocks clean at exit.
+#    marks the superblocks clean at exit.  bioctl check --repair and
+#    create refuse the images while the server has them open.
 #  - The pieces of a large request that lie back to back on an image go
 #    as one request (the OSD counts one write and one read per image).
 #  - conf=, id=, keyring=: a client of its own with only RBD rights.
@@ -330,6 +331,15 @@ for i in r0 r1; do
 done
 "$BIOCTL" info rbd:rbd/r0 >info.txt || :
 expect_grep "role 0 of 2 \(active\).*, not clean" info.txt
+# Rewriting images a server has open would race its writes: refused, in
+# one line naming the other client.
+for cmd in "check --repair" "create --force --level raid1 --size 16M"; do
+    rc=0
+    "$BIOCTL" $cmd rbd:rbd/r0 rbd:rbd/r1 >claim.out 2>claim.err || rc=$?
+    [[ $rc -eq 1 ]] || die "bioctl $cmd under a server: exit $rc"
+    [[ $(grep -c . claim.err) -eq 1 ]] || die "bioctl $cmd: $(cat claim.err)"
+    expect_grep "^bioctl: member rbd:rbd/r[01]: in use by another client \(client\.[0-9]+ at " claim.err
+done
 kill "$mir_pid"
 wait_gone "$mir_pid" 30 || die "the daemonized server did not stop"
 # Marked clean on the way out, by the forked process.

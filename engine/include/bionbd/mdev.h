@@ -32,6 +32,8 @@ struct mdev_ops {
 	int (*sync)(struct mdev *m);
 	int (*size)(struct mdev *m, uint64_t *bytes);
 	void (*close)(struct mdev *m);
+	/* Optional (mdev_claim): does another client have it open? */
+	int (*claim)(struct mdev *m, char *why, size_t whylen);
 };
 
 struct mdev {
@@ -61,6 +63,17 @@ int mdev_open(struct mdev **out, const char *member, bool write,
 /* flock(2) LOCK_EX | LOCK_NB on a local member: one writer a volume.  A
  * remote member cannot be locked from here: 0.  -EWOULDBLOCK when held. */
 int mdev_lock(struct mdev *m);
+
+/**
+ * mdev_claim - make sure no one else writes @m while a tool rewrites it
+ * (bioctl create, check --repair): a local member is locked (mdev_lock);
+ * an RBD image must have no client but this process (another client's
+ * watch on it: a server, or one killed less than about 30 s ago).  An NBD
+ * export cannot tell who else is connected: 0.
+ * Returns 0, or -EBUSY (or the error that stopped the check) with a
+ * one-line message naming @member.
+ */
+int mdev_claim(struct mdev *m, const char *member, char *why, size_t whylen);
 
 static inline bool mdev_is_remote(const struct mdev *m)
 {
