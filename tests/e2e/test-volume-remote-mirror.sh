@@ -55,8 +55,10 @@ start_remote() {
 # clients to leave, and the server keeps one per member for superblocks.)
 stop_remote() {
     kill -KILL "${RPID[$1]}" 2>/dev/null || :
-    wait_gone "${RPID[$1]}" 10 || die "remote $1 still running"
-    wait "${RPID[$1]}" 2>/dev/null || : # quietly: no "Killed" line
+    # Our child: wait reaps it, and quietly (no "Killed" line, which the
+    # shell prints when it reaps it by itself).
+    wait "${RPID[$1]}" 2>/dev/null || :
+    ! kill -0 "${RPID[$1]}" 2>/dev/null || die "remote $1 still running"
     rm -f "r-$1.sock"
 }
 
