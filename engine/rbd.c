@@ -52,11 +52,11 @@
  */
 #define RBD_TIMEOUT_MS_DEFAULT 30000u
 /*
- * Objects one extents request walks at most; the rest of the range is left
- * unreported (the client asks again from there).  4 GiB of default 4 MiB
- * objects, at most twice as many extents.
+ * Ranges one extents walk may collect (16 bytes each) before it gives up
+ * and answers all data, which is always true: an image of tiny objects
+ * written every other object must not cost unbounded memory.
  */
-#define RBD_EXTENTS_MAX_OBJECTS 1024u
+#define RBD_EXTENTS_MAX_RANGES 65536u
 /* Segments described on the stack; a bio with more allocates. */
 #define RBD_IOV_INLINE 16
 
@@ -99,7 +99,12 @@ struct rbd_handle {
 	rbd_image_t image;
 	uint64_t size;
 	uint64_t obj_size;
-	bool fast_diff; /* an object map to take extents from */
+	/*
+	 * An object map to take extents from, and objects laid out one
+	 * after another (no fancy striping, which librbd before 16.2.8
+	 * diffed wrongly).
+	 */
+	bool fast_diff;
 };
 
 static void handle_put(struct rbd_handle *h);
@@ -657,6 +662,7 @@ struct walk {
 	struct walk_range *v; /* what the diff reported as existing */
 	size_t nr, cap;
 	int err;
+	bool too_many; /* more than RBD_EXTENTS_MAX_RANGES: all data */
 };
 
 static int walk_cb(uint64_t off, size_t len, int exists, void *arg)
@@ -674,6 +680,10 @@ static int walk_cb(uint64_t off, size_t len, int exists, void *arg)
 	if (w->nr && w->v[w->nr - 1].end == off) {
 		w->v[w->nr - 1].end = end;
 		return 0;
+	}
+	if (w->nr == RBD_EXTENTS_MAX_RANGES) {
+		w->too_many = true;
+		return -ERANGE; /* stops the walk */
 	}
 	if (w->nr == w->cap) {
 		size_t cap = w->cap ? w->cap * 2 : 32;
@@ -698,9 +708,10 @@ static int walk_range_cmp(const void *a, const void *b)
 }
 
 /*
- * The walker's part of an extents request: @io->ext gets the extents of a
- * prefix of @io's range (all of it, up to RBD_EXTENTS_MAX_OBJECTS
- * objects), as offsets in the bio; @io->ret 0 or librbd's error.
+ * The walker's part of an extents request: @io->ext gets the extents of
+ * all of @io's range, as offsets in the bio (a piece of a split request
+ * must not stop short: the pieces after it would leave a gap); @io->ret 0
+ * or librbd's error.
  */
 static void walk(struct rbd_io *io)
 {
@@ -708,25 +719,30 @@ static void walk(struct rbd_io *io)
 	const uint64_t base = io->bios[0]->bi_iter.bi_done;
 	const uint32_t hole = BIO_EXT_HOLE | BIO_EXT_ZERO;
 	struct walk w = { .start = io->off, .end = io->off + io->len };
-	uint64_t flags = 0, pos;
+	uint64_t flags = 0, pos, from, to;
 	int r = 0;
 
-	if (h->fast_diff && h->obj_size) {
-		uint64_t span = (uint64_t)RBD_EXTENTS_MAX_OBJECTS * h->obj_size;
-
-		if (w.end - w.start > span)
-			w.end = w.start + span;
+	if (h->fast_diff)
 		r = rbdlib.rbd_get_flags(h->image, &flags);
-	}
 	/* An object map marked invalid (rbd object-map rebuild) tells nothing. */
-	if (r || !h->fast_diff || !h->obj_size ||
-	    (flags & RBD_FLAG_FAST_DIFF_INVALID)) {
-		io->ret = r ? r : bio_extents_add(&io->ext, base, io->len, 0);
-		return;
-	}
+	if (r || !h->fast_diff || (flags & RBD_FLAG_FAST_DIFF_INVALID))
+		goto all_data;
+	/*
+	 * Whole objects: librbd before 16.2.8 reported the extents of a walk
+	 * that starts inside an object shifted by that much (Ceph tracker
+	 * 53784).  walk_cb clips to the range asked.
+	 */
+	from = w.start - w.start % h->obj_size;
+	to = w.end + (h->obj_size - w.end % h->obj_size) % h->obj_size;
+	to = to < h->size ? to : h->size;
 	/* include_parent: a clone's data may be its parent's. */
-	r = rbdlib.rbd_diff_iterate2(h->image, NULL, w.start, w.end - w.start,
-				     1, 1, walk_cb, &w);
+	r = rbdlib.rbd_diff_iterate2(h->image, NULL, from, to - from, 1, 1,
+				     walk_cb, &w);
+	if (w.too_many) {
+		free(w.v);
+		r = 0;
+		goto all_data;
+	}
 	if (w.err)
 		r = w.err;
 	/* Whatever order the diff reported in: sorted, holes between. */
@@ -750,6 +766,9 @@ static void walk(struct rbd_io *io)
 				    w.end - pos, hole);
 	free(w.v);
 	io->ret = r;
+	return;
+all_data:
+	io->ret = r ? r : bio_extents_add(&io->ext, base, io->len, 0);
 }
 
 static void *rbd_walker(void *arg)
@@ -1053,7 +1072,7 @@ static int handle_open(const char *member, bool readonly,
 {
 	struct rbd_handle *h = calloc(1, sizeof(*h));
 	rbd_image_info_t info;
-	uint64_t features = 0;
+	uint64_t features = 0, stripes = 0;
 	struct rbd_spec s;
 	int r;
 
@@ -1094,14 +1113,17 @@ static int handle_open(const char *member, bool readonly,
 		r = rbdlib.rbd_get_features(h->image, &features);
 	if (!r)
 		r = rbdlib.rbd_stat(h->image, &info, sizeof(info));
+	if (!r)
+		r = rbdlib.rbd_get_stripe_count(h->image, &stripes);
 	if (r) {
-		verr(errbuf, errlen, r, "member %s: size: %s", member,
-		     strerror(-r));
+		verr(errbuf, errlen, r, "member %s: reading its size and layout: %s",
+		     member, strerror(-r));
 		rbdlib.rbd_close(h->image);
 		goto err_ioctx;
 	}
-	h->fast_diff = features & RBD_FEATURE_FAST_DIFF;
 	h->obj_size = info.obj_size;
+	h->fast_diff = (features & RBD_FEATURE_FAST_DIFF) && stripes == 1 &&
+		       h->obj_size;
 	h->timeout_ms = timeout_ms;
 	h->pid = getpid();
 	h->refs = 1;
@@ -1590,9 +1612,11 @@ static int rbm_claim(struct mdev *m, char *why, size_t whylen)
 			    strerror(-r));
 	self = rbdlib.rados_get_instance_id(rm->rt.h->cl->rados);
 	r = rbdlib.rbd_watchers_list(image, w, &n);
+	/* @n is then how many there are, this process's watch included. */
 	if (r == -ERANGE)
 		return verr(why, whylen, -EBUSY,
-			    "member %s: in use by %zu other clients", name, n);
+			    "member %s: in use by %zu other clients", name,
+			    n - 1);
 	if (r)
 		return verr(why, whylen, r, "member %s: listing its clients: %s",
 			    name, strerror(-r));

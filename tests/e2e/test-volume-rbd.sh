@@ -9,7 +9,9 @@
 #  - Extents from the image's object map (fast-diff): a new image is one
 #    hole, a write makes its 4 MiB object data, a trimmed object is a hole
 #    again, a snapshot answers from its own map, nbdcopy's copy of a sparse
-#    image is sparse; an image without an object map reads as all data.
+#    image is sparse; a stripe of images with 16K objects in 32M chunks
+#    maps exactly; an image without an object map, or with fancy
+#    striping, reads as all data.
 #  - One image as the whole export (bionbd as an NBD gateway to Ceph):
 #    zero, trim, flush, cache, FUA, multi-conn; qemu-io, qemu-img convert
 #    and compare, nbdcopy; `rbd export` of the image equals what was
@@ -235,15 +237,41 @@ got = block_status(connect(), 64 * M, 0)
 check(got == [(0, 60 * M, HZ), (60 * M, 4 * M, 0)], f"the snapshot: {got}")
 PY
 stop_server
-# Without an object map nothing but a read would tell: all data.
-rbd_cmd create --size 16M --image-feature layering rbd/plain || die "rbd create plain"
-start_server rbd:rbd/plain
-NBD_URI=$NBD_URI nbdpy - <<'PY' || die "extents without an object map"
+# Chunks of many objects: each piece of a striped request is walked whole
+# (a piece that stopped short would leave a gap: EIO).
+for i in tiny0 tiny1; do
+    rbd_cmd create --size 128M --object-size 16K "rbd/$i" || die "rbd create $i"
+done
+start_server --stripe-size 32M rbd:rbd/tiny0 rbd:rbd/tiny1
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "extents of a stripe of small objects"
+import nbd
 from nbd_e2e import block_status, check, connect
-got = block_status(connect(), 16 << 20, 0)
-check(got == [(0, 16 << 20, 0)], f"no object map: {got}")
+M = 1 << 20
+HZ = nbd.STATE_HOLE | nbd.STATE_ZERO
+h = connect()
+h.pwrite(b"\x88" * 4096, 40 * M + 4096)   # member 1, its object at 8M
+got = block_status(h, 256 * M, 0)
+check(got == [(0, 40 * M, HZ), (40 * M, 16 << 10, 0),
+              (40 * M + (16 << 10), 216 * M - (16 << 10), HZ)],
+      f"a stripe of 16K objects in 32M chunks: {got}")
 PY
 stop_server
+# Without an object map, or with fancy striping (which librbd before
+# 16.2.8 diffed wrongly), nothing but a read would tell: all data.
+rbd_cmd create --size 16M --image-feature layering rbd/plain || die "rbd create plain"
+rbd_cmd create --size 16M --stripe-unit 64K --stripe-count 4 rbd/fancy ||
+    die "rbd create fancy"
+for i in plain fancy; do
+    start_server "rbd:rbd/$i"
+    NBD_URI=$NBD_URI nbdpy - <<'PY' || die "extents of image $i: not all data"
+from nbd_e2e import block_status, check, connect
+h = connect()
+h.pwrite(b"x" * 4096, 0)
+got = block_status(h, 16 << 20, 0)
+check(got == [(0, 16 << 20, 0)], f"all data expected: {got}")
+PY
+    stop_server
+done
 
 # --- striped over 4 images; over files and images ----------------------------
 imgs=(rbd:rbd/s0 rbd:rbd/s1 rbd:rbd/s2 rbd:rbd/s3)
