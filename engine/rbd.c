@@ -662,7 +662,9 @@ struct walk {
 	struct walk_range *v; /* what the diff reported as existing */
 	size_t nr, cap;
 	int err;
-	bool too_many; /* more than RBD_EXTENTS_MAX_RANGES: all data */
+	/* Nothing to tell but "all data": no usable object map, or more
+	 * than RBD_EXTENTS_MAX_RANGES ranges. */
+	bool all_data;
 };
 
 static int walk_cb(uint64_t off, size_t len, int exists, void *arg)
@@ -682,7 +684,7 @@ static int walk_cb(uint64_t off, size_t len, int exists, void *arg)
 		return 0;
 	}
 	if (w->nr == RBD_EXTENTS_MAX_RANGES) {
-		w->too_many = true;
+		w->all_data = true;
 		return -ERANGE; /* stops the walk */
 	}
 	if (w->nr == w->cap) {
@@ -708,67 +710,120 @@ static int walk_range_cmp(const void *a, const void *b)
 }
 
 /*
- * The walker's part of an extents request: @io->ext gets the extents of
- * all of @io's range, as offsets in the bio (a piece of a split request
- * must not stop short: the pieces after it would leave a gap); @io->ret 0
- * or librbd's error.
+ * What exists in [w->start, w->end) of the image, sorted, in @w->v; or
+ * w->all_data, when only "all data" can be said.  Returns 0 or librbd's
+ * error.
  */
-static void walk(struct rbd_io *io)
+static int walk_collect(const struct rbd_handle *h, struct walk *w)
 {
-	const struct rbd_handle *h = io->rt->h;
-	const uint64_t base = io->bios[0]->bi_iter.bi_done;
-	const uint32_t hole = BIO_EXT_HOLE | BIO_EXT_ZERO;
-	struct walk w = { .start = io->off, .end = io->off + io->len };
-	uint64_t flags = 0, pos, from, to;
+	uint64_t flags = 0, from, to;
 	int r = 0;
 
 	if (h->fast_diff)
 		r = rbdlib.rbd_get_flags(h->image, &flags);
+	if (r)
+		return r;
 	/* An object map marked invalid (rbd object-map rebuild) tells nothing. */
-	if (r || !h->fast_diff || (flags & RBD_FLAG_FAST_DIFF_INVALID))
-		goto all_data;
+	if (!h->fast_diff || (flags & RBD_FLAG_FAST_DIFF_INVALID)) {
+		w->all_data = true;
+		return 0;
+	}
 	/*
 	 * Whole objects: librbd before 16.2.8 reported the extents of a walk
 	 * that starts inside an object shifted by that much (Ceph tracker
 	 * 53784).  walk_cb clips to the range asked.
 	 */
-	from = w.start - w.start % h->obj_size;
-	to = w.end + (h->obj_size - w.end % h->obj_size) % h->obj_size;
+	from = w->start - w->start % h->obj_size;
+	to = w->end + (h->obj_size - w->end % h->obj_size) % h->obj_size;
 	to = to < h->size ? to : h->size;
 	/* include_parent: a clone's data may be its parent's. */
 	r = rbdlib.rbd_diff_iterate2(h->image, NULL, from, to - from, 1, 1,
-				     walk_cb, &w);
-	if (w.too_many) {
-		free(w.v);
-		r = 0;
-		goto all_data;
-	}
-	if (w.err)
-		r = w.err;
-	/* Whatever order the diff reported in: sorted, holes between. */
-	if (w.nr)
-		qsort(w.v, w.nr, sizeof(*w.v), walk_range_cmp);
-	pos = w.start;
-	for (size_t i = 0; !r && i < w.nr; i++) {
-		uint64_t s = w.v[i].start > pos ? w.v[i].start : pos;
+				     walk_cb, w);
+	if (w->all_data)
+		return 0;
+	if (w->err)
+		return w->err;
+	/* Whatever order the diff reported in. */
+	if (!r && w->nr)
+		qsort(w->v, w->nr, sizeof(*w->v), walk_range_cmp);
+	return r;
+}
 
-		if (w.v[i].end <= pos)
-			continue;
+/*
+ * @io's share of the walk @w (which covers it): its extents, as offsets in
+ * its bio, in @io->ext, all of its range (a piece of a split request must
+ * not stop short: the pieces after it would leave a gap).  @next: the
+ * first of @w's ranges that may reach @io; ios come in ascending order.
+ */
+static int walk_emit(struct rbd_io *io, const struct walk *w, size_t *next)
+{
+	const uint64_t base = io->bios[0]->bi_iter.bi_done;
+	const uint32_t hole = BIO_EXT_HOLE | BIO_EXT_ZERO;
+	const uint64_t end = io->off + io->len;
+	uint64_t pos = io->off;
+	size_t i = *next;
+	int r = 0;
+
+	if (w->all_data)
+		return bio_extents_add(&io->ext, base, io->len, 0);
+	while (i < w->nr && w->v[i].end <= pos)
+		i++;
+	*next = i;
+	for (; !r && i < w->nr && w->v[i].start < end; i++) {
+		uint64_t s = w->v[i].start > pos ? w->v[i].start : pos;
+		uint64_t e = w->v[i].end < end ? w->v[i].end : end;
+
+		if (w->v[i].end <= pos)
+			continue; /* within one before it */
 		r = bio_extents_add(&io->ext, base + pos - io->off, s - pos,
 				    hole);
 		if (!r)
 			r = bio_extents_add(&io->ext, base + s - io->off,
-					    w.v[i].end - s, 0);
-		pos = w.v[i].end;
+					    e - s, 0);
+		pos = e;
 	}
 	if (!r)
-		r = bio_extents_add(&io->ext, base + pos - io->off,
-				    w.end - pos, hole);
+		r = bio_extents_add(&io->ext, base + pos - io->off, end - pos,
+				    hole);
+	return r;
+}
+
+/*
+ * Bytes of the image one walk covers at most, for requests queued
+ * together: a striped request's pieces on one image lie back to back
+ * there, and one walk for all of them (not one per chunk; each walk also
+ * flushes the image) is what makes a stripe of images cheap to map.
+ */
+#define RBD_WALK_MAX_BYTES (4ull << 30)
+
+/*
+ * Walk for the run of queued requests from @list that follow each other
+ * on the image, and hand each back to its port.  Returns the rest.
+ */
+static struct rbd_io *walk_run(struct rbd_io *list)
+{
+	const struct rbd_handle *h = list->rt->h;
+	struct walk w = { .start = list->off, .end = list->off + list->len };
+	struct rbd_io *io, *stop;
+	size_t next = 0;
+	int r;
+
+	for (stop = list->next; stop; stop = stop->next) {
+		if (stop->off != w.end ||
+		    w.end + stop->len - w.start > RBD_WALK_MAX_BYTES)
+			break;
+		w.end += stop->len;
+	}
+	r = walk_collect(h, &w);
+	for (io = list; io != stop;) {
+		struct rbd_io *done = io;
+
+		io = io->next;
+		done->ret = r ? r : walk_emit(done, &w, &next);
+		io_to_port(done); /* @done is the port's from here */
+	}
 	free(w.v);
-	io->ret = r;
-	return;
-all_data:
-	io->ret = r ? r : bio_extents_add(&io->ext, base, io->len, 0);
+	return stop;
 }
 
 static void *rbd_walker(void *arg)
@@ -777,20 +832,20 @@ static void *rbd_walker(void *arg)
 
 	pthread_mutex_lock(&rt->walk_lock);
 	for (;;) {
-		struct rbd_io *io = rt->walk_head;
+		struct rbd_io *list = rt->walk_head;
 
-		if (!io) {
+		if (!list) {
 			if (rt->walk_stop)
 				break;
 			pthread_cond_wait(&rt->walk_cond, &rt->walk_lock);
 			continue;
 		}
-		rt->walk_head = io->next;
-		if (!rt->walk_head)
-			rt->walk_tail = &rt->walk_head;
+		/* All that waits: runs of them go in one walk each. */
+		rt->walk_head = NULL;
+		rt->walk_tail = &rt->walk_head;
 		pthread_mutex_unlock(&rt->walk_lock);
-		walk(io);
-		io_to_port(io);
+		while (list)
+			list = walk_run(list);
 		pthread_mutex_lock(&rt->walk_lock);
 	}
 	pthread_mutex_unlock(&rt->walk_lock);

@@ -68,7 +68,8 @@ stop_server
 # Without librados (hidden in a private mount namespace), a clear refusal
 # before any cluster is needed.
 requires unshare --version
-rados_so=$(ldconfig -p | awk '$1 == "librados.so.2" { print $NF; exit }')
+# (awk reads to the end: an early exit would be ldconfig's SIGPIPE.)
+rados_so=$(ldconfig -p | awk '$1 == "librados.so.2" && !n++ { print $NF }')
 rados_so=$(readlink -f "$rados_so")
 [[ -f $rados_so ]] || die "librados.so.2 not found by ldconfig"
 SERVER_WRAPPER=(unshare -m --propagation private
@@ -193,8 +194,8 @@ stop_server
 # --- extents from the object map ----------------------------------------------
 log "extents: holes from the object map; all data without one"
 rbd_cmd create --size 64M rbd/sparse || die "rbd create sparse"
-rbd_cmd info rbd/sparse | grep -q fast-diff ||
-    die "the default image features lack fast-diff"
+rbd_cmd info rbd/sparse >sparse.info || die "rbd info sparse"
+grep -q fast-diff sparse.info || die "the default image features lack fast-diff"
 start_server rbd:rbd/sparse
 NBD_URI=$NBD_URI nbdpy - <<'PY' || die "extents of a sparse image"
 import nbd
