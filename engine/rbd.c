@@ -63,12 +63,17 @@
 struct rbd_spec {
 	char *pool, *ns, *image, *snap; /* ns, snap: NULL when not given */
 	char *conf, *id, *keyring; /* NULL: librados' defaults */
+	/* Other Ceph options, "key=value" lines in the order given; NULL: none. */
+	char *opts;
 };
+
+/* Ceph options one member may set besides conf, id and keyring. */
+#define RBD_MAX_OPTS 16
 
 /* A cluster connection, shared by the members with the same identity. */
 struct rbd_cluster {
 	struct rbd_cluster *next;
-	char *conf, *id, *keyring;
+	char *conf, *id, *keyring, *opts; /* as rbd_spec's */
 	unsigned int timeout_ms;
 	unsigned int refs;
 	rados_t rados;
@@ -205,17 +210,68 @@ static void spec_free(struct rbd_spec *s)
 	free(s->conf);
 	free(s->id);
 	free(s->keyring);
+	free(s->opts);
 	memset(s, 0, sizeof(*s));
 }
 
 /*
+ * Cut @str at its first ':' that no backslash escapes, and drop the
+ * escapes before it (qemu's spelling: mon_host=1.2.3.4\:6789).  Returns
+ * what follows the ':', or NULL.
+ */
+static char *cut_colon(char *str)
+{
+	char *r, *w = str;
+
+	for (r = str; *r; r++) {
+		if (*r == '\\' && r[1]) {
+			*w++ = *++r;
+			continue;
+		}
+		if (*r == ':') {
+			*w = '\0';
+			return r + 1;
+		}
+		*w++ = *r;
+	}
+	*w = '\0';
+	return NULL;
+}
+
+/* Append "@key=@value" as a line of s->opts, unless @key is there. */
+static int spec_add_opt(struct rbd_spec *s, const char *key, const char *value)
+{
+	size_t klen = strlen(key), old = s->opts ? strlen(s->opts) : 0;
+	unsigned int n = 0;
+	char *o;
+
+	for (const char *l = s->opts; l; n++) {
+		if (!strncmp(l, key, klen) && l[klen] == '=')
+			return -EEXIST;
+		l = strchr(l, '\n');
+		l = l ? l + 1 : NULL;
+	}
+	if (n == RBD_MAX_OPTS)
+		return -E2BIG;
+	o = realloc(s->opts, old + klen + strlen(value) + 3);
+	if (!o)
+		return -ENOMEM;
+	sprintf(o + old, "%s%s=%s", old ? "\n" : "", key, value);
+	s->opts = o;
+	return 0;
+}
+
+/*
  * rbd:POOL[/NAMESPACE]/IMAGE[@SNAP][:conf=PATH][:id=USER][:keyring=PATH]
- * (qemu's spelling).  Returns 0 or -EINVAL with a message.
+ * [:OPTION=VALUE]... (qemu's spelling; OPTION any Ceph option, such as
+ * mon_host, so that no configuration file is needed; '\:' is a colon in
+ * a name or a value).  Returns 0 or -EINVAL with a message.
  */
 static int spec_parse(const char *member, struct rbd_spec *s, char *errbuf,
 		      size_t errlen)
 {
 	char *name, *opt, *next, *slash, *at;
+	int r;
 
 	memset(s, 0, sizeof(*s));
 	if (!rbd_member(member))
@@ -225,29 +281,40 @@ static int spec_parse(const char *member, struct rbd_spec *s, char *errbuf,
 	if (!name)
 		return verr(errbuf, errlen, -ENOMEM, "out of memory");
 	s->pool = name;
-	opt = strchr(name, ':');
-	if (opt)
-		*opt++ = '\0';
-	for (; opt; opt = next) {
+	for (opt = cut_colon(name); opt; opt = next) {
 		char *eq = strchr(opt, '=');
-		char **dst;
+		char **dst = NULL;
 
-		next = strchr(opt, ':');
-		if (next)
-			*next++ = '\0';
-		if (!eq || eq == opt || !eq[1])
+		next = cut_colon(opt);
+		if (!eq || eq == opt || !eq[1] || strchr(opt, '\n'))
 			goto bad_opt;
 		*eq = '\0';
+		if (!strcmp(opt, "key")) {
+			*eq = '=';
+			spec_free(s);
+			return verr(errbuf, errlen, -EINVAL,
+				    "member %s: key= would show the secret in logs and process lists: give it in a keyring= file",
+				    member);
+		}
 		if (!strcmp(opt, "conf"))
 			dst = &s->conf;
 		else if (!strcmp(opt, "id"))
 			dst = &s->id;
 		else if (!strcmp(opt, "keyring"))
 			dst = &s->keyring;
-		else
-			dst = NULL;
+		if (!dst) {
+			r = spec_add_opt(s, opt, eq + 1);
+			*eq = '=';
+			if (r == -ENOMEM) {
+				spec_free(s);
+				return verr(errbuf, errlen, r, "out of memory");
+			}
+			if (r)
+				goto bad_opt;
+			continue;
+		}
 		*eq = '=';
-		if (!dst || *dst)
+		if (*dst)
 			goto bad_opt;
 		*dst = strdup(eq + 1);
 		if (!*dst) {
@@ -280,18 +347,16 @@ static int spec_parse(const char *member, struct rbd_spec *s, char *errbuf,
 bad_opt:
 	/* Before spec_free: @opt is in its string. */
 	verr(errbuf, errlen, -EINVAL,
-	     "member %s: unknown or repeated option '%s' (conf=, id=, keyring=)",
+	     "member %s: malformed or repeated option '%s' (conf=, id=, keyring= or a Ceph option, each once)",
 	     member, opt);
 	spec_free(s);
 	return -EINVAL;
 bad_name:
 	spec_free(s);
 	return verr(errbuf, errlen, -EINVAL,
-		    "member %s: expected rbd:POOL[/NAMESPACE]/IMAGE[@SNAP][:conf=PATH][:id=USER][:keyring=PATH]",
+		    "member %s: expected rbd:POOL[/NAMESPACE]/IMAGE[@SNAP][:conf=PATH][:id=USER][:keyring=PATH][:OPTION=VALUE]...",
 		    member);
 }
-
-/* ---- cluster connections ---- */
 
 static bool same_str(const char *a, const char *b)
 {
@@ -305,8 +370,35 @@ static int cluster_set(rados_t r, const char *key, const char *value,
 
 	if (!e)
 		return 0;
+	if (e == -ENOENT)
+		return verr(errbuf, errlen, -EINVAL,
+			    "member %s: %s: not a Ceph option", member, key);
 	return verr(errbuf, errlen, e, "member %s: %s=%s: %s", member, key,
 		    value, strerror(-e));
+}
+
+/* The member's own Ceph options (rbd_spec.opts), last: they win. */
+static int cluster_set_opts(struct rbd_cluster *cl, const char *member,
+			    char *errbuf, size_t errlen)
+{
+	char *opts, *line, *save = NULL;
+	int r = 0;
+
+	if (!cl->opts)
+		return 0;
+	opts = strdup(cl->opts);
+	if (!opts)
+		return verr(errbuf, errlen, -ENOMEM, "out of memory");
+	for (line = strtok_r(opts, "\n", &save); line && !r;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char *eq = strchr(line, '=');
+
+		*eq = '\0'; /* spec_parse made every line KEY=VALUE */
+		r = cluster_set(cl->rados, line, eq + 1, member, errbuf,
+				errlen);
+	}
+	free(opts);
+	return r;
 }
 
 static int cluster_connect(struct rbd_cluster *cl, const char *member,
@@ -319,8 +411,14 @@ static int cluster_connect(struct rbd_cluster *cl, const char *member,
 	if (r)
 		return verr(errbuf, errlen, r, "member %s: %s", member,
 			    strerror(-r));
-	/* NULL: $CEPH_CONF, then /etc/ceph/ceph.conf and the other defaults. */
+	/*
+	 * NULL: $CEPH_CONF, then /etc/ceph/ceph.conf and the other defaults;
+	 * none of them is needed when the member names its own options
+	 * (mon_host=...).
+	 */
 	r = rbdlib.rados_conf_read_file(cl->rados, cl->conf);
+	if (r == -ENOENT && !cl->conf && cl->opts)
+		r = 0;
 	if (r) {
 		verr(errbuf, errlen, r, "member %s: reading %s: %s", member,
 		     cl->conf ? cl->conf : "the Ceph configuration",
@@ -336,7 +434,8 @@ static int cluster_connect(struct rbd_cluster *cl, const char *member,
 	    (r = cluster_set(cl->rados, "rados_osd_op_timeout", secs, member,
 			     errbuf, errlen)) ||
 	    (cl->keyring && (r = cluster_set(cl->rados, "keyring", cl->keyring,
-					     member, errbuf, errlen))))
+					     member, errbuf, errlen))) ||
+	    (r = cluster_set_opts(cl, member, errbuf, errlen)))
 		goto err;
 	r = rbdlib.rados_connect(cl->rados);
 	if (r == -ETIMEDOUT) {
@@ -373,6 +472,7 @@ static int cluster_get(const struct rbd_spec *s, unsigned int timeout_ms,
 		if (cl->pid == getpid() && same_str(cl->conf, s->conf) &&
 		    same_str(cl->id, s->id) &&
 		    same_str(cl->keyring, s->keyring) &&
+		    same_str(cl->opts, s->opts) &&
 		    cl->timeout_ms == timeout_ms) {
 			cl->refs++;
 			*out = cl;
@@ -390,7 +490,8 @@ static int cluster_get(const struct rbd_spec *s, unsigned int timeout_ms,
 	cl->pid = getpid();
 	if ((s->conf && !(cl->conf = strdup(s->conf))) ||
 	    (s->id && !(cl->id = strdup(s->id))) ||
-	    (s->keyring && !(cl->keyring = strdup(s->keyring)))) {
+	    (s->keyring && !(cl->keyring = strdup(s->keyring))) ||
+	    (s->opts && !(cl->opts = strdup(s->opts)))) {
 		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
 		goto err;
 	}
@@ -408,6 +509,7 @@ err:
 	free(cl->conf);
 	free(cl->id);
 	free(cl->keyring);
+	free(cl->opts);
 	free(cl);
 	return r;
 }
@@ -430,6 +532,7 @@ static void cluster_put(struct rbd_cluster *cl)
 	free(cl->conf);
 	free(cl->id);
 	free(cl->keyring);
+	free(cl->opts);
 	free(cl);
 }
 

@@ -29,7 +29,8 @@
 #    create refuse the images while the server has them open.
 #  - The pieces of a large request that lie back to back on an image go
 #    as one request (the OSD counts one write and one read per image).
-#  - conf=, id=, keyring=: a client of its own with only RBD rights.
+#  - conf=, id=, keyring=: a client of its own with only RBD rights; no
+#    configuration file, mon_host= in the name instead.
 #  - A member whose I/O connection is refused (read-only caps): EIO at
 #    once, said once; connected and serving once the caps allow it.
 #  - Faults: an OSD that stops answering fails requests with EIO after the
@@ -37,7 +38,8 @@
 #    restarted under fio: EIO replies, no hang, the other export
 #    untouched, service resumes.
 #  - One-line refusals: an image or pool that is not there, a malformed
-#    name, an unknown option, an image too small, one given twice, a
+#    name, an option Ceph does not know, one repeated, key= (a secret
+#    for the logs), an image too small, one given twice, a
 #    mirror asked of images without superblocks, a wrong key, a cluster
 #    that does not answer.
 source "$(dirname "$0")/functions.sh"
@@ -430,6 +432,17 @@ h.pwrite(b"bio!" * 1024, 4096)
 assert h.pread(4096, 4096) == b"bio!" * 1024
 PY
 stop_server
+# No configuration file at all: the monitors as a Ceph option in the name
+# (qemu's spelling, '\:' for a colon in a value).
+mon=$(sed -n 's/^mon_host = //p' "$conf")
+noconf="rbd:rbd/s0:mon_host=${mon//:/\\:}:id=bio:keyring=$tmp/bio.keyring"
+[[ ! -e /etc/ceph/ceph.conf ]] || die "/etc/ceph/ceph.conf exists: the case needs none"
+start_server "$noconf"
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "I/O with mon_host= and no configuration file"
+from nbd_e2e import connect
+assert connect().pread(4096, 4096) == b"bio!" * 1024
+PY
+stop_server
 # Another key under the same name: refused, in one line.
 sed 's/key = .*/key = AQBgh1FnAAAAABAAq6TMjsJCcVPpTlHaJvb8Kg==/' bio.keyring >wrong.keyring
 server_refuses_once --timeout 3 "rbd:rbd/s0:conf=$conf:id=bio:keyring=$tmp/wrong.keyring"
@@ -451,7 +464,11 @@ expect_grep "rbd:nopool/s0: pool nopool: No such file or directory" "$SERVER_ERR
 server_refuses_once rbd:justaname
 expect_grep "expected rbd:POOL\[/NAMESPACE\]/IMAGE" "$SERVER_ERR"
 server_refuses_once rbd:rbd/s0:colour=blue
-expect_grep "unknown or repeated option 'colour=blue'" "$SERVER_ERR"
+expect_grep "member rbd:rbd/s0:colour=blue: colour: not a Ceph option" "$SERVER_ERR"
+server_refuses_once "rbd:rbd/s0:mon_host=a:mon_host=b"
+expect_grep "repeated option 'mon_host=b'" "$SERVER_ERR"
+server_refuses_once "rbd:rbd/s0:key=AQBgh1FnAAAAABAAq6TMjsJCcVPpTlHaJvb8Kg=="
+expect_grep "key= would show the secret in logs and process lists: give it in a keyring= file" "$SERVER_ERR"
 server_refuses_once --size 1G rbd:rbd/s0 rbd:rbd/s1
 expect_grep "rbd:rbd/s0: 16777216 bytes, size 1073741824 needs" "$SERVER_ERR"
 server_refuses_once rbd:rbd/s0 rbd:rbd/s0
