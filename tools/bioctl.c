@@ -198,12 +198,11 @@ static uint64_t fd_bytes(int fd)
  */
 static int lock_member(int fd, const char *path)
 {
-	if (!flock(fd, LOCK_EX | LOCK_NB))
-		return 0;
-	if (errno == EWOULDBLOCK)
-		return fail("member %s: in use by another process (a server or "
-			    "bioctl has the volume open)", path);
-	return fail("member %s: flock: %s", path, strerror(errno));
+	char why[256];
+
+	if (mdev_claim(MDEV_FD(fd), path, why, sizeof(why)))
+		return fail("%s", why);
+	return 0;
 }
 
 /* Do two stat(2)s name one file or device (one given twice)? */
