@@ -1374,6 +1374,10 @@ static int rm_run(struct remote_mdev *rm, enum rm_op op, void *buf,
 {
 	static const char zeros[65536];
 	uint64_t size = rm->info.size_bytes;
+	/* A remote without WRITE_ZEROES is written zeros, a buffer a time. */
+	bool fill = op == RM_ZERO && !rm->info.zero;
+	uint64_t max = fill ? sizeof(zeros) :
+		       op == RM_ZERO ? REMOTE_RANGE_MAX : rm->info.max_bytes;
 	int r = 0;
 
 	if (op == RM_FLUSH)
@@ -1385,16 +1389,12 @@ static int rm_run(struct remote_mdev *rm, enum rm_op op, void *buf,
 		memset(buf, 0, len);
 		len = off < size ? size - off : 0;
 	}
+	if (fill && max > rm->info.max_bytes)
+		max = rm->info.max_bytes;
 	for (uint64_t done = 0; done < len && !r;) {
-		uint64_t n = len - done;
-		uint64_t max = op == RM_ZERO && rm->info.zero ? REMOTE_RANGE_MAX :
-							      rm->info.max_bytes;
+		uint64_t n = len - done < max ? len - done : max;
 
-		if (op == RM_ZERO && !rm->info.zero && max > sizeof(zeros))
-			max = sizeof(zeros);
-
-		n = n < max ? n : max;
-		if (op == RM_ZERO && !rm->info.zero)
+		if (fill)
 			r = rm_cmd(rm, RM_WRITE, (void *)zeros, n, off + done);
 		else
 			r = rm_cmd(rm, op, op == RM_ZERO ? NULL : (char *)buf + done,
