@@ -159,20 +159,25 @@ int mdev_lock(struct mdev *m)
 	return -errno;
 }
 
-int mdev_claim(struct mdev *m, const char *member, char *why, size_t whylen)
+int mdev_lock_say(struct mdev *m, const char *what, const char *name,
+		  char *why, size_t whylen)
 {
-	int r;
+	int r = mdev_lock(m);
 
-	if (m->ops->claim)
-		return m->ops->claim(m, why, whylen);
-	r = mdev_lock(m);
 	if (r == -EWOULDBLOCK)
 		return verr(why, whylen, -EBUSY,
-			    "member %s: in use by another process (a server "
-			    "or bioctl has the volume open)",
-			    member);
+			    "%s %s: in use by another process (a server or "
+			    "bioctl has the volume open)",
+			    what, name);
 	if (r)
-		return verr(why, whylen, r, "member %s: flock: %s", member,
+		return verr(why, whylen, r, "%s %s: flock: %s", what, name,
 			    strerror(-r));
 	return 0;
+}
+
+int mdev_claim(struct mdev *m, const char *member, char *why, size_t whylen)
+{
+	if (m->ops->claim)
+		return m->ops->claim(m, why, whylen);
+	return mdev_lock_say(m, "member", member, why, whylen);
 }

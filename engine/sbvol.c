@@ -562,16 +562,7 @@ static int open_locked(const char *what, const char *path,
 
 	if (r)
 		return verr(errbuf, errlen, r, "%s", why);
-	r = mdev_lock(*mp);
-	if (!r)
-		return 0;
-	if (r == -EWOULDBLOCK)
-		return verr(errbuf, errlen, -EBUSY,
-			    "%s %s: in use by another process (a server or "
-			    "bioctl has the volume open)",
-			    what, path);
-	return verr(errbuf, errlen, r, "%s %s: flock: %s", what, path,
-		    strerror(-r));
+	return mdev_lock_say(*mp, what, path, errbuf, errlen);
 }
 
 int sbvol_create(struct target **out, struct target *inner,

@@ -64,6 +64,11 @@ int mdev_open(struct mdev **out, const char *member, bool write,
  * remote member cannot be locked from here: 0.  -EWOULDBLOCK when held. */
 int mdev_lock(struct mdev *m);
 
+/* mdev_lock, and for -EWOULDBLOCK (-EBUSY then) or a failure a one-line
+ * message "WHAT NAME: ..." in @why. */
+int mdev_lock_say(struct mdev *m, const char *what, const char *name,
+		  char *why, size_t whylen);
+
 /**
  * mdev_claim - make sure no one else writes @m while a tool rewrites it
  * (bioctl create, check --repair): a local member is locked (mdev_lock);
