@@ -220,6 +220,10 @@ int fault_target_create(struct target **out, struct target *below,
 void rbd_hold(void);
 void rbd_release(void);
 
+/* remote.c: the same for the connections of probes and remote mdevs. */
+void remote_hold(void);
+void remote_release(void);
+
 /* remote.c, rbd.c: mdev_open (bionbd/mdev.h) for an NBD URI, an RBD image. */
 struct mdev;
 int remote_mdev_open(struct mdev **out, const char *uri, bool write,

@@ -48,6 +48,12 @@ struct remote_target {
 	/* Down since a connection failed, until one is made again. */
 	atomic_bool down;
 	/*
+	 * A write, zero or trim was sent: until then a flush has nothing of
+	 * ours to make durable, and answering it here spares a volume that
+	 * was only read a connection made just to flush it at close.
+	 */
+	atomic_bool written;
+	/*
 	 * Block status goes over connections of its own (one a thread, made
 	 * on the first such request) with structured replies, so that the
 	 * data connections can do without: libnbd reads a simple reply in two
@@ -275,6 +281,115 @@ static unsigned int timeout_or_default(unsigned int timeout_ms)
 	return timeout_ms ? timeout_ms : REMOTE_TIMEOUT_MS_DEFAULT;
 }
 
+/*
+ * Checking and opening volumes asks every remote member the same things
+ * several times: the checks of all exports before any of them opens, the
+ * superblocks, the size, the target.  Each was a connection and a
+ * handshake of its own (five a member, a TLS handshake each with
+ * nbds://).  Between remote_hold and remote_release (nested), a
+ * synchronous connection that is done with is parked instead of closed,
+ * and the next one to the same URI takes it; the last release closes what
+ * is parked, before any data connection is made, so a remote that allows
+ * one client at a time sees one.
+ */
+struct parked {
+	struct parked *next;
+	char *uri;
+	struct nbd_handle *h;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	unsigned int holds;
+	struct parked *list;
+} reuse = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void handle_close(struct nbd_handle *h)
+{
+	(void)nbd_aio_disconnect(h, 0);
+	nbd_close(h);
+}
+
+void remote_hold(void)
+{
+	pthread_mutex_lock(&reuse.lock);
+	reuse.holds++;
+	pthread_mutex_unlock(&reuse.lock);
+}
+
+void remote_release(void)
+{
+	struct parked *list = NULL;
+
+	pthread_mutex_lock(&reuse.lock);
+	if (reuse.holds && !--reuse.holds) {
+		list = reuse.list;
+		reuse.list = NULL;
+	}
+	pthread_mutex_unlock(&reuse.lock);
+	while (list) {
+		struct parked *p = list;
+
+		list = p->next;
+		handle_close(p->h);
+		free(p->uri);
+		free(p);
+	}
+}
+
+/* Done with @h (connected to @uri): parked while held, else closed. */
+static void handle_release(const char *uri, struct nbd_handle *h)
+{
+	struct parked *p;
+
+	/* Only a handle between commands can serve the next caller. */
+	if (!nbd_aio_is_ready(h) || nbd_aio_in_flight(h) != 0)
+		goto close;
+	p = malloc(sizeof(*p));
+	if (!p || !(p->uri = strdup(uri)))
+		goto free_p;
+	p->h = h;
+	pthread_mutex_lock(&reuse.lock);
+	if (reuse.holds) {
+		p->next = reuse.list;
+		reuse.list = p;
+		pthread_mutex_unlock(&reuse.lock);
+		return;
+	}
+	pthread_mutex_unlock(&reuse.lock);
+	free(p->uri);
+free_p:
+	free(p);
+close:
+	handle_close(h);
+}
+
+/* A parked handle to @uri that is still usable, or NULL. */
+static struct nbd_handle *handle_take(const char *uri)
+{
+	struct nbd_handle *h = NULL;
+	struct parked **pp, *p = NULL;
+
+	pthread_mutex_lock(&reuse.lock);
+	for (pp = &reuse.list; *pp; pp = &(*pp)->next)
+		if (!strcmp((*pp)->uri, uri)) {
+			p = *pp;
+			*pp = p->next;
+			break;
+		}
+	pthread_mutex_unlock(&reuse.lock);
+	if (!p)
+		return NULL;
+	/* The remote may have gone while it was parked: connect anew. */
+	if (nbd_aio_is_ready(p->h))
+		h = p->h;
+	else
+		handle_close(p->h);
+	free(p->uri);
+	free(p);
+	return h;
+}
+
 /* A handle connected within @timeout_ms, or NULL with a message. */
 static struct nbd_handle *remote_connect_sync(const char *uri,
 					      unsigned int timeout_ms,
@@ -282,9 +397,12 @@ static struct nbd_handle *remote_connect_sync(const char *uri,
 					      size_t errlen)
 {
 	uint64_t end = engine_now_ns() + (uint64_t)timeout_ms * 1000000u;
-	struct nbd_handle *h = remote_handle(errbuf, errlen, uri, true);
+	struct nbd_handle *h = handle_take(uri);
 	int r;
 
+	if (h)
+		return h;
+	h = remote_handle(errbuf, errlen, uri, true);
 	if (!h) {
 		*err = -EIO;
 		return NULL;
@@ -313,11 +431,12 @@ int remote_probe(const char *uri, unsigned int timeout_ms,
 	if (!h)
 		return r;
 	r = remote_info_read(h, info);
-	if (r)
+	if (r) {
 		verr(errbuf, errlen, r, "member %s: %s", uri, nbd_get_error());
-	else
-		(void)nbd_aio_disconnect(h, 0);
-	nbd_close(h);
+		nbd_close(h);
+	} else {
+		handle_release(uri, h);
+	}
 	return r;
 }
 
@@ -1068,8 +1187,9 @@ static void conn_issue(struct remote_conn *c, struct bio *bio)
 
 /*
  * What the remote cannot do and the NBD rules let us answer here: trim and
- * cache are hints, a flush with no cache to flush has nothing to do, and a
- * fast zero the remote cannot promise is "not supported".  -1: send it.
+ * cache are hints, a flush with no cache to flush (or before anything was
+ * written) has nothing to do, and a fast zero the remote cannot promise
+ * is "not supported".  -1: send it.
  */
 static int remote_answer_here(const struct remote_target *rt,
 			      const struct bio *bio)
@@ -1082,7 +1202,10 @@ static int remote_answer_here(const struct remote_target *rt,
 	case REQ_OP_CACHE:
 		return in->cache ? -1 : 0;
 	case REQ_OP_FLUSH:
-		return in->flush ? -1 : 0;
+		if (!in->flush ||
+		    !atomic_load_explicit(&rt->written, memory_order_relaxed))
+			return 0;
+		return -1;
 	case REQ_OP_WRITE_ZEROES:
 		return (bio->bi_opf & REQ_NOFALLBACK) && !in->fast_zero ?
 			       -EOPNOTSUPP :
@@ -1136,6 +1259,9 @@ static void remote_submit(struct target *t, struct bio *bio)
 		ioq_defer_end(q, bio, -EPERM);
 		return;
 	}
+	if (op_is_write(bio_op(bio)) &&
+	    !atomic_load_explicit(&rt->written, memory_order_relaxed))
+		atomic_store_explicit(&rt->written, true, memory_order_relaxed);
 	r = remote_answer_here(rt, bio);
 	if (r != -1) {
 		ioq_defer_end(q, bio, r);
@@ -1476,10 +1602,8 @@ static void rm_close(struct mdev *m)
 {
 	struct remote_mdev *rm = container_of(m, struct remote_mdev, m);
 
-	if (rm->h) {
-		(void)nbd_aio_disconnect(rm->h, 0);
-		nbd_close(rm->h);
-	}
+	if (rm->h)
+		handle_release(rm->uri, rm->h);
 	pthread_mutex_destroy(&rm->lock);
 	free(rm->uri);
 	free(rm);

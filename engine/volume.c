@@ -1070,17 +1070,30 @@ int volume_open(struct target **out, const struct volume_config *cfg,
 /*
  * A volume's remote members are probed several times as it is checked and
  * opened (assembly, the member check, the target's open): the RBD images
- * stay open in between (rbd_hold), a cluster connection each time would
- * cost tens of milliseconds a member.
+ * and the NBD connections stay open in between (rbd_hold, remote_hold); a
+ * cluster connection or an NBD handshake each time would cost tens of
+ * milliseconds a member, more over a WAN or TLS.
  */
+void volume_hold(void)
+{
+	rbd_hold();
+	remote_hold();
+}
+
+void volume_release(void)
+{
+	remote_release();
+	rbd_release();
+}
+
 int volume_check(const struct volume_config *cfg, char *errbuf,
 		 size_t errlen)
 {
 	int r;
 
-	rbd_hold();
+	volume_hold();
 	r = check_held(cfg, errbuf, errlen);
-	rbd_release();
+	volume_release();
 	return r;
 }
 
@@ -1092,9 +1105,9 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 {
 	int r;
 
-	rbd_hold();
+	volume_hold();
 	r = open_held(out, cfg, info, errbuf, errlen);
-	rbd_release();
+	volume_release();
 	return r;
 }
 

@@ -153,9 +153,10 @@ static int exports_disjoint(const struct conf_export *defs, unsigned int nr,
 	return r;
 }
 
-int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
-		      unsigned int nr, bool readonly, const char *conf_path,
-		      char *errbuf, size_t errlen)
+static int exports_open(struct nbdl_export **out,
+			const struct conf_export *defs, unsigned int nr,
+			bool readonly, const char *conf_path, char *errbuf,
+			size_t errlen)
 {
 	struct nbdl_export *v;
 	struct volume_config vc;
@@ -228,6 +229,19 @@ err:
 	for (i = 0; i < opened; i++)
 		export_release(&v[i]);
 	free(v);
+	return r;
+}
+
+int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
+		      unsigned int nr, bool readonly, const char *conf_path,
+		      char *errbuf, size_t errlen)
+{
+	int r;
+
+	/* One connection a remote member for all the checks and opens. */
+	volume_hold();
+	r = exports_open(out, defs, nr, readonly, conf_path, errbuf, errlen);
+	volume_release();
 	return r;
 }
 

@@ -113,6 +113,17 @@ int volume_open_info(struct target **out, const struct volume_config *cfg,
 int volume_check(const struct volume_config *cfg, char *errbuf,
 		 size_t errlen);
 
+/**
+ * volume_hold - until the matching volume_release (nested, any thread),
+ * the remote members' handles that checks and opens are done with stay
+ * open for the next of them: RBD images and their cluster connections,
+ * NBD connections.  A front end that checks several volumes, then opens
+ * them, holds across all of it so that each remote member is connected
+ * to once; the last release closes what nobody uses.
+ */
+void volume_hold(void);
+void volume_release(void);
+
 /* What every member of one volume is stored on: for volume_overlap(). */
 struct volume_ids;
 
