@@ -10,6 +10,7 @@
 #endif
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +41,9 @@ struct file_target {
 	bool inline_io; /* memory-backed: do the I/O in the submitter */
 	bool eof_error; /* file_target_opts.eof_error */
 	struct io_stats *stats; /* the member's counters, or NULL */
+	/* Memory-backed files: no hole anywhere (file_dense in file.c). */
+	atomic_bool dense;
+	atomic_uint dense_looks;
 };
 
 extern const struct target_ops file_target_ops;

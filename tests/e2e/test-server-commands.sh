@@ -17,9 +17,13 @@
 # commands, simple replies too, and written zeroes read back as data (sendfile
 # does not look at them) or as a hole (a copy does), which shows the path;
 # a member truncated under the server reads as zeroes past its new end.
+# Members on tmpfs with every block allocated: no hole lookup (lseek) for a
+# sendfile read until a trim or zero punches one, whose range then reads
+# back as a hole chunk.
 source "$(dirname "$0")/functions.sh"
 
 requires_nbdpy
+requires strace
 make_tmpdir
 
 SIZE=48M CHUNK=64K
@@ -93,4 +97,61 @@ EOF
         die "tmpfs, --sendfile-min $sf: short member"
     stop_bionbd
 done
+
+# Members on tmpfs with no hole at all: a sendfile read looks for none (no
+# lseek, strace shows), until the server trims or zeroes: then the holes it
+# made read back as hole chunks again.
+log "dense members on tmpfs"
+rm -f "$shm"/m*
+members=("$shm/d0" "$shm/d1" "$shm/d2")
+for m in "${members[@]}"; do
+    head -c 8M /dev/urandom >"$m"
+done
+start_bionbd -t 1 --stripe-size $CHUNK "${members[@]}"
+strace -f -qq -p "$SERVER_PID" -e trace=lseek,fallocate,sendfile \
+    -o "$tmp/dense.strace" 2>"$tmp/strace.err" &
+strace_pid=$!
+on_exit "kill $strace_pid 2>/dev/null"
+# Attached once a traced call shows: poke the server until one does.
+for ((n = 0; n < 100; n++)); do
+    NBD_URI=$NBD_URI nbdpy -c \
+        'from nbd_e2e import connect; connect().pread(1 << 20, 0)'
+    [[ -s $tmp/dense.strace ]] && break
+    sleep 0.1
+done
+CHUNK=$(to_bytes $CHUNK) NBD_URI=$NBD_URI nbdpy - <<'EOF' ||
+import nbd
+from nbd_e2e import check, connect, env_int
+chunk = env_int("CHUNK")
+h = connect()
+
+def kinds(length, off):
+    got = []
+    h.pread_structured(length, off,
+                       lambda buf, o, st, err: got.append((o - off, st)))
+    return sorted(got)
+
+check(kinds(1 << 20, 0) == [(0, nbd.READ_DATA)], "dense: not one data chunk")
+h.trim(2 * chunk, 4 * chunk)
+ch = kinds(8 * chunk, 0)
+check((4 * chunk, nbd.READ_HOLE) in ch, f"trimmed range: no hole chunk: {ch}")
+check(h.pread(2 * chunk, 4 * chunk) == bytes(2 * chunk), "trim: not zeroes")
+h.zero(chunk, 16 * chunk)
+ch = kinds(4 * chunk, 14 * chunk)
+check((2 * chunk, nbd.READ_HOLE) in ch, f"zeroed range: no hole chunk: {ch}")
+h.shutdown()
+EOF
+    die "dense members: hole chunks after trim and zero"
+stop_bionbd
+kill "$strace_pid" 2>/dev/null || :
+wait "$strace_pid" 2>/dev/null || :
+# Up to the trim, sendfile and no lseek; after it, lseek again.
+awk '/fallocate\(/ { t = 1 } /lseek\(/ { if (t) after++; else before++ }
+     /sendfile\(/ && !t { sf++ }
+     END { printf "%d %d %d\n", sf, before, after }' "$tmp/dense.strace" \
+    >"$tmp/counts"
+read -r sf before after <"$tmp/counts"
+((sf > 0)) || die "dense members: no sendfile traced ($(head -c 300 "$tmp/dense.strace"))"
+((before == 0)) || die "dense members: $before hole lookups (lseek) before the trim"
+((after > 0)) || die "dense members: no hole lookup after the trim"
 log "PASS"
