@@ -104,6 +104,7 @@ struct rbd_handle {
 	rbd_image_t image;
 	uint64_t size;
 	uint64_t obj_size;
+	bool striped; /* fancy striping: objects interleave */
 	/*
 	 * An object map to take extents from, and objects laid out one
 	 * after another (no fancy striping, which librbd before 16.2.8
@@ -1005,6 +1006,19 @@ static int io_iov(struct rbd_io *io, int *cnt)
 	return 0;
 }
 
+/*
+ * A fast zero librbd can keep: whole objects, which it removes (in a
+ * clone, truncates) without writing a byte.  Part of an object gets zeros
+ * written into it, and NO_HOLE (thick provisioning) writes them all.
+ */
+static bool fast_zero_ok(const struct rbd_handle *h, const struct rbd_io *io)
+{
+	uint64_t obj = h->obj_size;
+
+	return !(io->opf & REQ_NOUNMAP) && !h->striped && obj &&
+	       io->off % obj == 0 && io->len % obj == 0;
+}
+
 static int io_issue(rbd_image_t image, struct rbd_io *io)
 {
 	const int thick = RBD_WRITE_ZEROES_FLAG_THICK_PROVISION;
@@ -1036,6 +1050,10 @@ static int io_issue(rbd_image_t image, struct rbd_io *io)
 		r = rbdlib.rbd_aio_discard(image, off, len, c);
 		break;
 	case REQ_OP_WRITE_ZEROES:
+		if ((io->opf & REQ_NOFALLBACK) && !fast_zero_ok(io->rt->h, io)) {
+			r = -EOPNOTSUPP;
+			break;
+		}
 		/* NBD_CMD_FLAG_NO_HOLE: the range stays allocated. */
 		r = rbdlib.rbd_aio_write_zeroes(image, off, len, c,
 					 io->opf & REQ_NOUNMAP ? thick : 0, 0);
@@ -1050,10 +1068,9 @@ static int io_issue(rbd_image_t image, struct rbd_io *io)
 }
 
 /*
- * What needs no request to the cluster: a read-ahead hint, the extents of
- * an image without an object map (all data: only reading would tell),
- * and a fast zero, which librbd cannot promise (a partial object is
- * written).  -1: send it.
+ * What needs no request to the cluster: a read-ahead hint, and the extents
+ * of an image without an object map (all data: only reading would tell).
+ * -1: send it (a fast zero is decided once the image is open: io_issue).
  */
 static int rbd_answer_here(struct rbd_target *rt, const struct bio *bio)
 {
@@ -1071,8 +1088,6 @@ static int rbd_answer_here(struct rbd_target *rt, const struct bio *bio)
 			return -1;
 		return bio_extents_add(bio->bi_ext, bio->bi_iter.bi_done,
 				       bio->bi_iter.bi_size, 0);
-	case REQ_OP_WRITE_ZEROES:
-		return bio->bi_opf & REQ_NOFALLBACK ? -EOPNOTSUPP : -1;
 	case REQ_OP_FLUSH:
 		return rt->readonly ? 0 : -1;
 	default:
@@ -1280,7 +1295,8 @@ static int handle_open(const char *member, bool readonly,
 		goto err_ioctx;
 	}
 	h->obj_size = info.obj_size;
-	h->fast_diff = (features & RBD_FEATURE_FAST_DIFF) && stripes == 1 &&
+	h->striped = stripes != 1;
+	h->fast_diff = (features & RBD_FEATURE_FAST_DIFF) && !h->striped &&
 		       h->obj_size;
 	h->timeout_ms = timeout_ms;
 	h->pid = getpid();

@@ -13,7 +13,10 @@
 #    maps exactly; an image without an object map, or with fancy
 #    striping, reads as all data.
 #  - One image as the whole export (bionbd as an NBD gateway to Ceph):
-#    zero, trim, flush, cache, FUA, multi-conn; qemu-io, qemu-img convert
+#    zero, trim, flush, cache, FUA, multi-conn; a fast zero of whole
+#    objects holds (and they read as a hole), one of part of an object, of
+#    a fancy-striped image or with NO_HOLE is refused (ENOTSUP);
+#    qemu-io, qemu-img convert
 #    and compare, nbdcopy; `rbd export` of the image equals what was
 #    written.  Its snapshot (rbd:POOL/IMAGE@SNAP) serves the data of that
 #    moment, read-only.
@@ -145,11 +148,25 @@ h.zero(128 << 10, (1 << 20) + (64 << 10))
 assert h.pread(256 << 10, 1 << 20) == b"\xaa" * (64 << 10) + bytes(128 << 10) + b"\xaa" * (64 << 10)
 h.zero(64 << 10, 2 << 20, nbd.CMD_FLAG_NO_HOLE)
 assert h.pread(64 << 10, 2 << 20) == bytes(64 << 10)
-try:
-    h.zero(64 << 10, 3 << 20, nbd.CMD_FLAG_FAST_ZERO)
-    raise SystemExit("a fast zero librbd cannot promise succeeded")
-except nbd.Error as e:
-    assert e.errno == "ENOTSUP", e
+def refused(length, off, flags, why):
+    try:
+        h.zero(length, off, flags)
+        raise SystemExit(f"a fast zero librbd cannot promise succeeded: {why}")
+    except nbd.Error as e:
+        assert e.errno == "ENOTSUP", e
+
+refused(3 << 20, 64 << 10, nbd.CMD_FLAG_FAST_ZERO, "part of an object")
+# Whole objects (4M, the default) are removed without a byte written: a
+# fast zero holds, and the object map then calls them a hole.
+M = 1 << 20
+h.pwrite(b"\x77" * (12 * M), 24 * M)
+h.zero(8 * M, 28 * M, nbd.CMD_FLAG_FAST_ZERO)
+assert h.pread(12 * M, 24 * M) == b"\x77" * (4 * M) + bytes(8 * M)
+seen = []
+h.block_status(8 * M, 28 * M, lambda ctx, off, ents, err: seen.extend(ents))
+assert seen[0] == 8 * M and seen[1] & 1, f"fast-zeroed objects: {seen[:4]}"
+refused(4 * M, 24 * M, nbd.CMD_FLAG_FAST_ZERO | nbd.CMD_FLAG_NO_HOLE,
+        "NO_HOLE writes every byte")
 h.pwrite(b"f" * 4096, 8 << 20, nbd.CMD_FLAG_FUA)
 assert h.pread(4096, 8 << 20) == b"f" * 4096
 h.trim(1 << 20, 16 << 20)
@@ -264,14 +281,27 @@ stop_server
 rbd_cmd create --size 16M --image-feature layering rbd/plain || die "rbd create plain"
 rbd_cmd create --size 16M --stripe-unit 64K --stripe-count 4 rbd/fancy ||
     die "rbd create fancy"
+# A fast zero of whole objects: kept by the plain image, refused by the
+# fancy one, whose objects interleave (4M of it touches 64 objects).
 for i in plain fancy; do
     start_server "rbd:rbd/$i"
-    NBD_URI=$NBD_URI nbdpy - <<'PY' || die "extents of image $i: not all data"
+    IMG=$i NBD_URI=$NBD_URI nbdpy - <<'PY' || die "extents of image $i: not all data"
+import nbd, os
 from nbd_e2e import block_status, check, connect
 h = connect()
 h.pwrite(b"x" * 4096, 0)
 got = block_status(h, 16 << 20, 0)
 check(got == [(0, 16 << 20, 0)], f"all data expected: {got}")
+h.pwrite(b"y" * (4 << 20), 4 << 20)
+try:
+    h.zero(4 << 20, 4 << 20, nbd.CMD_FLAG_FAST_ZERO)
+    fast = True
+except nbd.Error as e:
+    check(e.errno == "ENOTSUP", f"fast zero: {e}")
+    fast = False
+check(fast == (os.environ["IMG"] == "plain"), f"fast zero of 4M: {fast}")
+check(h.pread(4 << 20, 4 << 20) == (bytes(4 << 20) if fast else b"y" * (4 << 20)),
+      "after the fast zero")
 PY
     stop_server
 done
