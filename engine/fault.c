@@ -811,11 +811,19 @@ static void fault_start(struct target *t)
 	target_start(to_fault(t)->below);
 }
 
+/* What the member below would refuse; the rules act on what it accepts. */
+static bool fault_zero_refused(struct target *t, uint64_t off, uint64_t len,
+			       unsigned int opf)
+{
+	return target_zero_refused(to_fault(t)->below, off, len, opf);
+}
+
 static const struct target_ops fault_target_ops = {
 	.submit = fault_submit,
 	.destroy = fault_destroy,
 	.start = fault_start,
 	.iomap = fault_iomap,
+	.zero_refused = fault_zero_refused,
 };
 
 int fault_target_create(struct target **out, struct target *below,

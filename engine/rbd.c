@@ -105,6 +105,7 @@ struct rbd_handle {
 	uint64_t size;
 	uint64_t obj_size;
 	bool striped; /* fancy striping: objects interleave */
+	bool clone; /* has a parent (or we could not tell) */
 	/*
 	 * An object map to take extents from, and objects laid out one
 	 * after another (no fancy striping, which librbd before 16.2.8
@@ -135,6 +136,11 @@ struct rbd_target {
 	 */
 	atomic_bool stalled;
 	struct io_stats *stats;
+	/*
+	 * Fast zeros of whole objects of this size are kept (fast_zero_ok);
+	 * 0: none.  Learnt by the probe at open, before any bio.
+	 */
+	uint64_t zero_obj;
 	/* The walker (extents), started by the first extents request. */
 	pthread_mutex_t walk_lock;
 	pthread_cond_t walk_cond;
@@ -1006,19 +1012,6 @@ static int io_iov(struct rbd_io *io, int *cnt)
 	return 0;
 }
 
-/*
- * A fast zero librbd can keep: whole objects, which it removes (in a
- * clone, truncates) without writing a byte.  Part of an object gets zeros
- * written into it, and NO_HOLE (thick provisioning) writes them all.
- */
-static bool fast_zero_ok(const struct rbd_handle *h, const struct rbd_io *io)
-{
-	uint64_t obj = h->obj_size;
-
-	return !(io->opf & REQ_NOUNMAP) && !h->striped && obj &&
-	       io->off % obj == 0 && io->len % obj == 0;
-}
-
 static int io_issue(rbd_image_t image, struct rbd_io *io)
 {
 	const int thick = RBD_WRITE_ZEROES_FLAG_THICK_PROVISION;
@@ -1050,10 +1043,6 @@ static int io_issue(rbd_image_t image, struct rbd_io *io)
 		r = rbdlib.rbd_aio_discard(image, off, len, c);
 		break;
 	case REQ_OP_WRITE_ZEROES:
-		if ((io->opf & REQ_NOFALLBACK) && !fast_zero_ok(io->rt->h, io)) {
-			r = -EOPNOTSUPP;
-			break;
-		}
 		/* NBD_CMD_FLAG_NO_HOLE: the range stays allocated. */
 		r = rbdlib.rbd_aio_write_zeroes(image, off, len, c,
 					 io->opf & REQ_NOUNMAP ? thick : 0, 0);
@@ -1068,9 +1057,29 @@ static int io_issue(rbd_image_t image, struct rbd_io *io)
 }
 
 /*
- * What needs no request to the cluster: a read-ahead hint, and the extents
- * of an image without an object map (all data: only reading would tell).
- * -1: send it (a fast zero is decided once the image is open: io_issue).
+ * A fast zero librbd can keep: whole objects, which it removes without
+ * writing a byte.  Part of an object gets zeros written into it, NO_HOLE
+ * (thick provisioning) writes them all, with fancy striping a range is
+ * no whole object, and in a clone librbd first copies the parent's
+ * object up wherever the clone has snapshots.
+ */
+static bool fast_zero_ok(const struct rbd_target *rt, uint64_t off,
+			 uint64_t len, unsigned int opf)
+{
+	return !(opf & REQ_NOUNMAP) && rt->zero_obj && off % rt->zero_obj == 0 &&
+	       len % rt->zero_obj == 0;
+}
+
+static bool rbd_zero_refused(struct target *t, uint64_t off, uint64_t len,
+			     unsigned int opf)
+{
+	return !fast_zero_ok(to_rbd(t), off, len, opf);
+}
+
+/*
+ * What needs no request to the cluster: a read-ahead hint, the extents of
+ * an image without an object map (all data: only reading would tell), and
+ * a fast zero librbd cannot keep.  -1: send it.
  */
 static int rbd_answer_here(struct rbd_target *rt, const struct bio *bio)
 {
@@ -1088,6 +1097,12 @@ static int rbd_answer_here(struct rbd_target *rt, const struct bio *bio)
 			return -1;
 		return bio_extents_add(bio->bi_ext, bio->bi_iter.bi_done,
 				       bio->bi_iter.bi_size, 0);
+	case REQ_OP_WRITE_ZEROES:
+		if ((bio->bi_opf & REQ_NOFALLBACK) &&
+		    !fast_zero_ok(rt, bio_offset_bytes(bio),
+				  bio->bi_iter.bi_size, bio->bi_opf))
+			return -EOPNOTSUPP;
+		return -1;
 	case REQ_OP_FLUSH:
 		return rt->readonly ? 0 : -1;
 	default:
@@ -1225,6 +1240,7 @@ static const struct target_ops rbd_target_ops = {
 	.destroy = rbd_destroy,
 	.start = rbd_start,
 	.unplug = rbd_unplug,
+	.zero_refused = rbd_zero_refused,
 };
 
 struct io_stats *rbd_target_stats(struct target *t)
@@ -1245,7 +1261,7 @@ static int handle_open(const char *member, bool readonly,
 {
 	struct rbd_handle *h = calloc(1, sizeof(*h));
 	rbd_image_info_t info;
-	uint64_t features = 0, stripes = 0;
+	uint64_t features = 0, stripes = 0, overlap = 0;
 	struct rbd_spec s;
 	int r;
 
@@ -1288,6 +1304,9 @@ static int handle_open(const char *member, bool readonly,
 		r = rbdlib.rbd_stat(h->image, &info, sizeof(info));
 	if (!r)
 		r = rbdlib.rbd_get_stripe_count(h->image, &stripes);
+	if (!r)
+		h->clone = rbdlib.rbd_get_overlap(h->image, &overlap) ||
+			   overlap;
 	if (r) {
 		verr(errbuf, errlen, r, "member %s: reading its size and layout: %s",
 		     member, strerror(-r));
@@ -1499,6 +1518,8 @@ static int rbd_probe_into(struct rbd_target *rt, const char *member,
 
 	if (r)
 		return r;
+	if (!rt->h->striped && !rt->h->clone)
+		rt->zero_obj = rt->h->obj_size;
 	handle_put(rt->h);
 	rt->h = NULL;
 	rt->image = NULL;

@@ -28,7 +28,7 @@
 #define RBDLIB_RBD_FUNCS(X)                                               \
 	X(rbd_open) X(rbd_open_read_only) X(rbd_close) X(rbd_get_size)    \
 	X(rbd_get_features) X(rbd_get_flags) X(rbd_stat)                  \
-	X(rbd_get_stripe_count)                                           \
+	X(rbd_get_stripe_count) X(rbd_get_overlap)                        \
 	X(rbd_diff_iterate2) X(rbd_watchers_list)                         \
 	X(rbd_watchers_list_cleanup)                                      \
 	X(rbd_read) X(rbd_write) X(rbd_write_zeroes) X(rbd_flush)         \

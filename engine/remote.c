@@ -337,13 +337,31 @@ void remote_release(void)
 	}
 }
 
+/*
+ * Connected, nothing in flight, and the remote has not closed the socket
+ * (EOF waiting there: nobody reads a parked handle).  Bytes waiting are
+ * fine: a TLS server may send session tickets after the handshake.
+ */
+static bool handle_idle(struct nbd_handle *h)
+{
+	int64_t fd = nbd_aio_get_fd(h);
+	char byte;
+	ssize_t n;
+
+	if (!nbd_aio_is_ready(h) || nbd_aio_in_flight(h) != 0 || fd < 0)
+		return false;
+	n = recv((int)fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+				   errno == EINTR));
+}
+
 /* Done with @h (connected to @uri): parked while held, else closed. */
 static void handle_release(const char *uri, struct nbd_handle *h)
 {
 	struct parked *p;
 
 	/* Only a handle between commands can serve the next caller. */
-	if (!nbd_aio_is_ready(h) || nbd_aio_in_flight(h) != 0)
+	if (!handle_idle(h))
 		goto close;
 	p = malloc(sizeof(*p));
 	if (!p || !(p->uri = strdup(uri)))
@@ -380,8 +398,8 @@ static struct nbd_handle *handle_take(const char *uri)
 	pthread_mutex_unlock(&reuse.lock);
 	if (!p)
 		return NULL;
-	/* The remote may have gone while it was parked: connect anew. */
-	if (nbd_aio_is_ready(p->h))
+	/* A remote that went away while it was parked: connect anew. */
+	if (handle_idle(p->h))
 		h = p->h;
 	else
 		handle_close(p->h);

@@ -116,12 +116,37 @@ bool stripe_member_range(const struct stripe_geom *g, unsigned int member,
 	return true;
 }
 
+/* Whether a member would refuse its piece of a fast zero of @off, @len. */
+static bool stripe_zero_refused(struct target *t, uint64_t off, uint64_t len,
+				unsigned int opf)
+{
+	struct stripe_target *st = to_stripe(t);
+	uint64_t mstart, mlen;
+
+	for (unsigned int i = 0; i < st->g.nr_members; i++)
+		if (stripe_member_range(&st->g, i, off, len, &mstart, &mlen) &&
+		    target_zero_refused(st->members[i], mstart, mlen, opf))
+			return true;
+	return false;
+}
+
 /* Discard, write-zeroes, cache: one clone per member the range touches. */
 static void stripe_ranged(struct stripe_target *st, struct bio *bio)
 {
 	uint64_t off = bio_offset_bytes(bio), len = bio->bi_iter.bi_size;
 	uint64_t mstart, mlen;
 	int err = 0;
+
+	/*
+	 * The pieces run in parallel: a fast zero a member is sure to refuse
+	 * is refused whole before any other member zeroes its piece.
+	 */
+	if (bio_op(bio) == REQ_OP_WRITE_ZEROES &&
+	    (bio->bi_opf & REQ_NOFALLBACK) &&
+	    stripe_zero_refused(&st->t, off, len, bio->bi_opf)) {
+		bio_endio(bio, 0, -EOPNOTSUPP);
+		return;
+	}
 
 	for (unsigned int i = 0; i < st->g.nr_members; i++) {
 		struct bio *clone;
@@ -252,6 +277,7 @@ static const struct target_ops stripe_target_ops = {
 	.destroy = stripe_destroy,
 	.iomap = stripe_iomap,
 	.start = stripe_start,
+	.zero_refused = stripe_zero_refused,
 };
 
 /* Members say once whether they ever answer (target_iomap's promise). */

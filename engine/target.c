@@ -151,6 +151,12 @@ int target_iomap_short(struct target *t, struct target *src, uint64_t off)
 	return t->ops->iomap_short(t, src, off);
 }
 
+bool target_zero_refused(struct target *t, uint64_t off, uint64_t len,
+			 unsigned int opf)
+{
+	return t->ops->zero_refused && t->ops->zero_refused(t, off, len, opf);
+}
+
 void target_start(struct target *t)
 {
 	if (t && t->ops->start)

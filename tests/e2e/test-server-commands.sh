@@ -136,9 +136,10 @@ h.trim(2 * chunk, 4 * chunk)
 ch = kinds(8 * chunk, 0)
 check((4 * chunk, nbd.READ_HOLE) in ch, f"trimmed range: no hole chunk: {ch}")
 check(h.pread(2 * chunk, 4 * chunk) == bytes(2 * chunk), "trim: not zeroes")
-h.zero(chunk, 16 * chunk)
-ch = kinds(4 * chunk, 14 * chunk)
-check((2 * chunk, nbd.READ_HOLE) in ch, f"zeroed range: no hole chunk: {ch}")
+# Chunk 15 is on member 0, which the trim left dense: the zero must undo that.
+h.zero(chunk, 15 * chunk)
+ch = kinds(3 * chunk, 14 * chunk)
+check((chunk, nbd.READ_HOLE) in ch, f"zeroed range: no hole chunk: {ch}")
 h.shutdown()
 EOF
     die "dense members: hole chunks after trim and zero"
@@ -147,7 +148,7 @@ kill "$strace_pid" 2>/dev/null || :
 wait "$strace_pid" 2>/dev/null || :
 # Up to the trim, sendfile and no lseek; after it, lseek again.
 awk '/fallocate\(/ { t = 1 } /lseek\(/ { if (t) after++; else before++ }
-     /sendfile\(/ && !t { sf++ }
+     /sendfile(64)?\(/ && !t { sf++ }
      END { printf "%d %d %d\n", sf, before, after }' "$tmp/dense.strace" \
     >"$tmp/counts"
 read -r sf before after <"$tmp/counts"

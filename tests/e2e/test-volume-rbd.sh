@@ -15,7 +15,9 @@
 #  - One image as the whole export (bionbd as an NBD gateway to Ceph):
 #    zero, trim, flush, cache, FUA, multi-conn; a fast zero of whole
 #    objects holds (and they read as a hole), one of part of an object, of
-#    a fancy-striped image or with NO_HOLE is refused (ENOTSUP);
+#    a fancy-striped image, of a clone or with NO_HOLE is refused
+#    (ENOTSUP); over a stripe of images, refused whole before any image
+#    zeroes its piece;
 #    qemu-io, qemu-img convert
 #    and compare, nbdcopy; `rbd export` of the image equals what was
 #    written.  Its snapshot (rbd:POOL/IMAGE@SNAP) serves the data of that
@@ -306,6 +308,28 @@ PY
     stop_server
 done
 
+# A clone keeps no fast zero: where it has snapshots librbd copies the
+# parent's object up before it can drop it.
+rbd_cmd create --size 8M rbd/base || die "rbd create base"
+rbd_cmd snap create rbd/base@gold >/dev/null 2>&1 || die "rbd snap create base@gold"
+rbd_cmd snap protect rbd/base@gold || die "rbd snap protect base@gold"
+rbd_cmd clone rbd/base@gold rbd/child || die "rbd clone"
+start_server rbd:rbd/child
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "fast zero of a clone"
+import nbd
+from nbd_e2e import check, connect
+h = connect()
+h.pwrite(b"c" * (4 << 20), 0)
+try:
+    h.zero(4 << 20, 0, nbd.CMD_FLAG_FAST_ZERO)
+    raise SystemExit("a fast zero of a clone succeeded")
+except nbd.Error as e:
+    check(e.errno == "ENOTSUP", f"fast zero: {e}")
+h.zero(4 << 20, 0)
+check(h.pread(4 << 20, 0) == bytes(4 << 20), "zero of a clone")
+PY
+stop_server
+
 # --- striped over 4 images; over files and images ----------------------------
 imgs=(rbd:rbd/s0 rbd:rbd/s1 rbd:rbd/s2 rbd:rbd/s3)
 head -c 64M /dev/urandom >vol.raw
@@ -332,6 +356,26 @@ sys.exit(e != 0 or w < 4 * (12 << 20))' || die "fio: errors, or not all written"
     check_layout vol.raw s0.rbd s1.rbd s2.rbd s3.rbd
     head -c 64M /dev/urandom >vol.raw
 done
+# A fast zero over the stripe: whole objects on every image holds; one
+# image's piece not whole objects refuses it all before any image zeroes
+# (16M + 64K: image 0 gets 4M + 64K, the others whole 4M objects).
+start_server --stripe-size 64K "${imgs[@]}"
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "fast zero over 4 images"
+import nbd
+from nbd_e2e import check, connect
+M = 1 << 20
+h = connect()
+h.pwrite(b"q" * (32 * M), 0)
+try:
+    h.zero(16 * M + (64 << 10), 0, nbd.CMD_FLAG_FAST_ZERO)
+    raise SystemExit("a fast zero image 0 cannot keep succeeded")
+except nbd.Error as e:
+    check(e.errno == "ENOTSUP", f"fast zero: {e}")
+check(h.pread(32 * M, 0) == b"q" * (32 * M), "a refused fast zero changed data")
+h.zero(16 * M, 16 * M, nbd.CMD_FLAG_FAST_ZERO)
+check(h.pread(32 * M, 0) == b"q" * (16 * M) + bytes(16 * M), "fast zero of whole objects")
+PY
+stop_server
 
 log "2 files and 2 images"
 truncate -s 16M f0.img f2.img

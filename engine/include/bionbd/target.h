@@ -63,6 +63,9 @@ struct target_ops {
 	/* Optional.  See target_iomap_short(). */
 	int (*iomap_short)(struct target *t, struct target *src,
 			   uint64_t off);
+	/* Optional.  See target_zero_refused(). */
+	bool (*zero_refused)(struct target *t, uint64_t off, uint64_t len,
+			     unsigned int opf);
 };
 
 struct target {
@@ -172,6 +175,17 @@ void target_start(struct target *t);
  * better return -EOPNOTSUPP: the range reads as zeros.
  */
 int target_iomap_short(struct target *t, struct target *src, uint64_t off);
+
+/**
+ * target_zero_refused - a fast zero (REQ_OP_WRITE_ZEROES with @opf's
+ * REQ_NOFALLBACK, and REQ_NOUNMAP if asked) of @len bytes at @off would
+ * certainly be refused (-EOPNOTSUPP), as far as @t knows without trying
+ * (an RBD image: not whole objects; a remote without fast zero).  False
+ * when it would be tried.  A target that cuts a request into pieces asks
+ * each member first, so that a refusal changes nothing.
+ */
+bool target_zero_refused(struct target *t, uint64_t off, uint64_t len,
+			 unsigned int opf);
 
 /** target_destroy - free a target and everything below it. */
 void target_destroy(struct target *t);
