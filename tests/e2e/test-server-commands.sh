@@ -143,9 +143,10 @@ check((chunk, nbd.READ_HOLE) in ch, f"zeroed range: no hole chunk: {ch}")
 h.shutdown()
 EOF
     die "dense members: hole chunks after trim and zero"
-stop_bionbd
+# Detached before the server exits: LeakSanitizer cannot run under ptrace.
 kill "$strace_pid" 2>/dev/null || :
 wait "$strace_pid" 2>/dev/null || :
+stop_bionbd
 # Up to the trim, sendfile and no lseek; after it, lseek again.
 awk '/fallocate\(/ { t = 1 } /lseek\(/ { if (t) after++; else before++ }
      /sendfile(64)?\(/ && !t { sf++ }
