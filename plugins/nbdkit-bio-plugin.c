@@ -500,12 +500,20 @@ static int bio_config_complete(void)
  * flush goes down the flushing thread's.  A remote without multi-conn
  * only promises that a flush covers the writes of its own connection, so
  * then one client's requests must stay on one thread: nbdkit serializes
- * them.  Probed here (again in .get_ready): nbdkit asks before that.
+ * them.  Probed here: nbdkit asks before .get_ready, whose opens then take
+ * the probes' connections over (volume_hold) rather than connect again.
  */
+static bool probes_held;
+
 static int bio_thread_model(void)
 {
 	const struct conf_export *e = conf ? conf->exports : &cmdline;
 	unsigned int nr = conf ? conf->nr_exports : 1;
+
+	if (!probes_held) {
+		volume_hold();
+		probes_held = true;
+	}
 
 	for (unsigned int i = 0; i < nr; i++) {
 		for (unsigned int j = 0; j < e[i].nr_members; j++) {
@@ -555,7 +563,7 @@ static int probe_backend(void)
 
 static bool rbd_atexit_set;
 
-static int bio_get_ready(void)
+static int get_ready(void)
 {
 	const struct conf_export *defs = &cmdline;
 	unsigned int n = 1, i;
@@ -617,6 +625,18 @@ static int bio_get_ready(void)
 	if (!rbd_atexit_set && !atexit(rbd_close_all))
 		rbd_atexit_set = true;
 	return 0;
+}
+
+static int bio_get_ready(void)
+{
+	int r = get_ready();
+
+	/* The opens took the thread-model probes' connections: close the rest. */
+	if (probes_held) {
+		probes_held = false;
+		volume_release();
+	}
+	return r;
 }
 
 /*

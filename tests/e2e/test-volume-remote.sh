@@ -25,8 +25,8 @@
 #    read-only (reads work, writes get EPERM).
 #  - The pieces of one large request that lie back to back on a remote
 #    reach it as one command (the remotes' logs show it).
-#  - A server that starts and stops makes one connection to each remote
-#    (the plugin two), and flushes a remote only once it wrote to it.
+#  - A server that starts and stops makes one connection to each remote,
+#    and flushes a remote only once it wrote to it.
 #  - TLS to the remotes: an nbdkit and a bionbd that require TLS with a
 #    pre-shared key, reached as nbds+unix:// with tls-psk-file=: the layout
 #    check; the wrong key and a plaintext URI are one-line refusals.
@@ -441,15 +441,15 @@ stop_remote m1
 
 # --- connections a remote sees from a server that starts and stops -------------
 # Opening checks every export, reads superblocks and probes each member
-# several times: all of that goes over one connection a remote (the
-# plugin asks once more, for its thread model, before opening).  A volume
+# several times (the plugin once more, for nbdkit's thread model, before
+# it opens): all of that goes over one connection a remote.  A volume
 # nothing was written to sends no flush at close, so it connects to flush
 # nothing.  Then one written to: its flush reaches the remote.
 log "connections at start-up and close"
 connects() { grep -c "connection=[0-9]* Connect " "$1" || :; }
 start_remote c0 --filter=log memory 32M logfile="$tmp/c0.log"
 start_remote c1 --filter=log memory 32M logfile="$tmp/c1.log"
-[[ $SERVER == bionbd ]] && want=1 || want=2
+want=1
 start_server --stripe-size 64K "$(ruri c0)" "$(ruri c1)"
 for m in c0 c1; do
     [[ $(connects "$tmp/$m.log") -eq $want ]] ||

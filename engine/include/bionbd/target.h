@@ -180,8 +180,8 @@ int target_iomap_short(struct target *t, struct target *src, uint64_t off);
  * target_zero_refused - a fast zero (REQ_OP_WRITE_ZEROES with @opf's
  * REQ_NOFALLBACK, and REQ_NOUNMAP if asked) of @len bytes at @off would
  * certainly be refused (-EOPNOTSUPP), as far as @t knows without trying
- * (an RBD image: not whole objects; a remote without fast zero).  False
- * when it would be tried.  A target that cuts a request into pieces asks
+ * (an RBD image: not whole objects, or a clone).  False when it would be
+ * tried, or @t cannot tell (a file: its file system answers).  A target that cuts a request into pieces asks
  * each member first, so that a refusal changes nothing.
  */
 bool target_zero_refused(struct target *t, uint64_t off, uint64_t len,
