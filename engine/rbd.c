@@ -104,8 +104,8 @@ struct rbd_handle {
 	rbd_image_t image;
 	uint64_t size;
 	uint64_t obj_size;
-	bool striped; /* fancy striping: objects interleave */
-	bool clone; /* has a parent (or we could not tell) */
+	/* Fast zeros may cover whole objects of this size (fast_zero_ok). */
+	uint64_t zero_obj;
 	/*
 	 * An object map to take extents from, and objects laid out one
 	 * after another (no fancy striping, which librbd before 16.2.8
@@ -1304,9 +1304,8 @@ static int handle_open(const char *member, bool readonly,
 		r = rbdlib.rbd_stat(h->image, &info, sizeof(info));
 	if (!r)
 		r = rbdlib.rbd_get_stripe_count(h->image, &stripes);
-	if (!r)
-		h->clone = rbdlib.rbd_get_overlap(h->image, &overlap) ||
-			   overlap;
+	if (!r && rbdlib.rbd_get_overlap(h->image, &overlap))
+		overlap = 1; /* cannot tell: as a clone */
 	if (r) {
 		verr(errbuf, errlen, r, "member %s: reading its size and layout: %s",
 		     member, strerror(-r));
@@ -1314,9 +1313,10 @@ static int handle_open(const char *member, bool readonly,
 		goto err_ioctx;
 	}
 	h->obj_size = info.obj_size;
-	h->striped = stripes != 1;
-	h->fast_diff = (features & RBD_FEATURE_FAST_DIFF) && !h->striped &&
+	/* With fancy striping (stripes > 1) objects interleave. */
+	h->fast_diff = (features & RBD_FEATURE_FAST_DIFF) && stripes == 1 &&
 		       h->obj_size;
+	h->zero_obj = stripes == 1 && !overlap ? h->obj_size : 0;
 	h->timeout_ms = timeout_ms;
 	h->pid = getpid();
 	h->refs = 1;
@@ -1518,8 +1518,7 @@ static int rbd_probe_into(struct rbd_target *rt, const char *member,
 
 	if (r)
 		return r;
-	if (!rt->h->striped && !rt->h->clone)
-		rt->zero_obj = rt->h->obj_size;
+	rt->zero_obj = rt->h->zero_obj;
 	handle_put(rt->h);
 	rt->h = NULL;
 	rt->image = NULL;

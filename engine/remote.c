@@ -338,21 +338,26 @@ void remote_release(void)
 }
 
 /*
- * Connected, nothing in flight, and the remote has not closed the socket
- * (EOF waiting there: nobody reads a parked handle).  Bytes waiting are
- * fine: a TLS server may send session tickets after the handshake.
+ * The remote closed (or broke) the connection on @fd, which nobody has
+ * read for a while: EOF or an error is waiting there.  Bytes waiting are
+ * no sign (a TLS server may send session tickets after the handshake).
  */
+static bool peer_closed(int fd)
+{
+	char byte;
+	ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+			  errno != EINTR);
+}
+
+/* Connected, nothing in flight, and not closed by the remote meanwhile. */
 static bool handle_idle(struct nbd_handle *h)
 {
 	int64_t fd = nbd_aio_get_fd(h);
-	char byte;
-	ssize_t n;
 
-	if (!nbd_aio_is_ready(h) || nbd_aio_in_flight(h) != 0 || fd < 0)
-		return false;
-	n = recv((int)fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-	return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
-				   errno == EINTR));
+	return nbd_aio_is_ready(h) && nbd_aio_in_flight(h) == 0 && fd >= 0 &&
+	       !peer_closed((int)fd);
 }
 
 /* Done with @h (connected to @uri): parked while held, else closed. */
@@ -1249,14 +1254,8 @@ static int remote_answer_here(const struct remote_target *rt,
 
 static bool conn_idle_dead(struct remote_conn *c)
 {
-	char byte;
-	ssize_t n;
-
-	if (engine_now_ns() - c->idle_ns < REMOTE_IDLE_CHECK_NS)
-		return false;
-	n = recv(c->poll.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-			  errno != EINTR);
+	return engine_now_ns() - c->idle_ns >= REMOTE_IDLE_CHECK_NS &&
+	       peer_closed(c->poll.fd);
 }
 
 static void remote_queue(struct remote_target *rt, struct ioq *q,
