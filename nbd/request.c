@@ -192,8 +192,6 @@ uint32_t nbdl_errno_to_nbd(int err, uint16_t type, uint16_t flags)
 				       (flags & NBD_CMD_FLAG_FAST_ZERO) ?
 			       NBD_ENOTSUP :
 			       NBD_EIO;
-	case -ESHUTDOWN:
-		return NBD_ESHUTDOWN;
 	default:
 		return NBD_EIO;
 	}

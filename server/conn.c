@@ -582,11 +582,69 @@ static uint64_t sendfile_trace(const struct nbd_req *r,
 	return ev.time_ns;
 }
 
+/* Send up to @len zero bytes; returns the bytes sent or -errno. */
+static ssize_t conn_send_zeros(struct conn *c, size_t len)
+{
+	static const uint8_t zeros[4096];
+	struct iovec iov[16];
+	struct msghdr msg = { .msg_iov = iov };
+	ssize_t n;
+
+	while (msg.msg_iovlen < 16 && len) {
+		size_t k = len < sizeof(zeros) ? len : sizeof(zeros);
+
+		iov[msg.msg_iovlen++] = (struct iovec){ (void *)zeros, k };
+		len -= k;
+	}
+	do
+		n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n < 0 ? -errno : n;
+}
+
+/*
+ * The data of @r's current iovec cannot be sent from @done bytes on
+ * (@err): with structured replies, the rest of its chunk goes as zeros
+ * and an error chunk ends the reply (reply_read_failed); a simple reply
+ * has no way to say it, so the connection goes (as the spec says).
+ * Returns what conn_sendfile returns.
+ */
+static ssize_t conn_sendfile_failed(struct conn *c, struct nbd_req *r,
+				    size_t done, size_t left, int err,
+				    const char *what)
+{
+	uint64_t off = r->fpos[r->iov_idx] + done;
+	ssize_t n;
+
+	if (!reply_read_failed(r, off, err)) {
+		nbdl_log(NBDL_ERROR,
+			 "read reply at offset %" PRIu64
+			 ": %s: %s; closing the connection",
+			 off, what, strerror(-err));
+		return done ? (ssize_t)done : err;
+	}
+	nbdl_log(NBDL_ERROR,
+		 "read reply at offset %" PRIu64
+		 ": %s: %s; the client gets an error for it",
+		 off, what, strerror(-err));
+	n = conn_send_zeros(c, left - done);
+	if (n < 0)
+		return done ? (ssize_t)done : n;
+	return (ssize_t)(done + (size_t)n);
+}
+
+/* sendfile failed because of the socket, not of the member's data? */
+static bool sendfile_sock_errno(int e)
+{
+	return e == EAGAIN || e == EPIPE || e == ECONNRESET || e == ENOTCONN;
+}
+
 /*
  * The next iovec of @r, the head of the queue, is data still in the
  * volume's files (a sendfile read, reply.c): send up to @budget bytes of
- * it from there, piece by piece as the volume maps it.  Returns the bytes
- * sent, or -errno (-EAGAIN: the socket is full) if none were.
+ * it from there, piece by piece as the volume maps it (or zeros, once that
+ * failed).  Returns the bytes sent, or -errno (-EAGAIN: the socket is
+ * full) if none were.
  */
 static ssize_t conn_sendfile(struct conn *c, struct nbd_req *r, size_t budget)
 {
@@ -595,6 +653,8 @@ static ssize_t conn_sendfile(struct conn *c, struct nbd_req *r, size_t budget)
 
 	if (left > budget)
 		left = budget;
+	if (r->pad)
+		return conn_send_zeros(c, left);
 	while (done < left) {
 		struct target_iomap m;
 		uint64_t t0 = 0;
@@ -605,7 +665,8 @@ static ssize_t conn_sendfile(struct conn *c, struct nbd_req *r, size_t budget)
 		err = target_iomap(c->exp->vol, r->fpos[r->iov_idx] + done,
 				   left - done, 0, &m);
 		if (err)
-			return done ? (ssize_t)done : err;
+			return conn_sendfile_failed(c, r, done, left, err,
+						    "cannot map the volume");
 		off = (off_t)m.file_offset;
 		if (r->tr.seq)
 			t0 = sendfile_trace(r, &m, 0, 0, 0);
@@ -627,14 +688,10 @@ static ssize_t conn_sendfile(struct conn *c, struct nbd_req *r, size_t budget)
 						 r->fpos[r->iov_idx] + done);
 			if (!err)
 				continue;
-			if (err != -EOPNOTSUPP) {
-				nbdl_log(NBDL_ERROR,
-					 "read reply at offset %" PRIu64
-					 ": no copy left to send; closing "
-					 "the connection",
-					 r->fpos[r->iov_idx] + done);
-				return done ? (ssize_t)done : err;
-			}
+			if (err != -EOPNOTSUPP)
+				return conn_sendfile_failed(
+					c, r, done, left, err,
+					"no copy left to send");
 		}
 		if (n == 0)
 			n = send(c->fd, zeros,
@@ -646,11 +703,9 @@ static ssize_t conn_sendfile(struct conn *c, struct nbd_req *r, size_t budget)
 
 			if (e == EINTR)
 				continue;
-			if (e != EAGAIN && e != EPIPE && e != ECONNRESET)
-				nbdl_log(NBDL_ERROR,
-					 "read reply at offset %" PRIu64
-					 ": sendfile: %s; closing the connection",
-					 r->fpos[r->iov_idx] + done, strerror(e));
+			if (!sendfile_sock_errno(e))
+				return conn_sendfile_failed(c, r, done, left,
+							    -e, "sendfile");
 			return done ? (ssize_t)done : -e;
 		}
 		done += (size_t)n;

@@ -80,7 +80,9 @@ static bool run_add(struct read_run *run, unsigned int *nr, uint32_t off,
 }
 
 /*
- * The runs of a read in ->buf: all-zero 4 KiB blocks are holes.  DF asks
+ * The runs of a read in ->buf: all-zero 4 KiB blocks of the export are
+ * holes.  Blocks are counted from the export's start, not the read's: the
+ * spec wants chunk boundaries inside a read on multiples of 512.  DF asks
  * for a single content chunk; too fragmented, it is one data chunk.
  */
 static unsigned int buffer_runs(struct nbd_req *r, struct read_run *run)
@@ -93,7 +95,10 @@ static unsigned int buffer_runs(struct nbd_req *r, struct read_run *run)
 		return 1;
 	}
 	for (uint32_t off = 0; off < r->len;) {
-		uint32_t n = r->len - off < 4096 ? r->len - off : 4096;
+		uint32_t n = 4096 - (uint32_t)((r->offset + off) % 4096);
+
+		if (n > r->len - off)
+			n = r->len - off;
 
 		if (!run_add(run, &nr, off, n,
 			     n == 4096 && is_zero(buf + off, n))) {
@@ -144,7 +149,11 @@ too_many:
 /*
  * A structured read reply: a chunk per run.  A data chunk's payload is
  * the request's buffer, or for a sendfile read an iovec with no base that
- * starts at volume offset ->fpos[its index] (see struct nbd_req).
+ * starts at volume offset ->fpos[its index] (see struct nbd_req).  The
+ * data of a sendfile read is read from the members while it is sent, when
+ * its chunk header is gone already; a chunk that may still fail must not
+ * say it is the last (the spec), so such a reply ends with a NONE chunk,
+ * which reply_read_failed turns into the error.
  */
 static void reply_read_structured(struct nbd_req *r)
 {
@@ -161,7 +170,8 @@ static void reply_read_structured(struct nbd_req *r)
 	nr = r->sendfile ? sendfile_runs(r, run) : buffer_runs(r, run);
 	r->niov = 0;
 	for (unsigned int i = 0; i < nr; i++) {
-		uint16_t fl = i + 1 == nr ? NBD_REPLY_FLAG_DONE : 0;
+		uint16_t fl = i + 1 == nr && !r->sendfile ? NBD_REPLY_FLAG_DONE :
+							     0;
 		uint64_t off = r->offset + run[i].off;
 		uint8_t *p;
 
@@ -189,6 +199,31 @@ static void reply_read_structured(struct nbd_req *r)
 			run[i].len
 		};
 	}
+	if (r->sendfile) {
+		chunk_hdr(r, h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, 0);
+		r->iov[r->niov++] = (struct iovec){ h, NBD_CHUNK_HDR_BYTES };
+	}
+}
+
+bool reply_read_failed(struct nbd_req *r, uint64_t off, int err)
+{
+	struct iovec *end = &r->iov[r->niov - 1];
+	uint8_t *p;
+
+	if (!r->sendfile || !r->c->opts.structured || r->pad)
+		return false;
+	r->pad = true;
+	/* Data chunks after this one have not started: they are left out. */
+	for (unsigned int i = r->iov_idx + 1; i + 1 < r->niov; i++)
+		r->iov[i] = (struct iovec){ r->hdr, 0 };
+	r->err = nbdl_errno_to_nbd(err, NBD_CMD_READ, r->flags);
+	p = chunk_hdr(r, end->iov_base, NBD_REPLY_FLAG_DONE,
+		      NBD_REPLY_TYPE_ERROR_OFFSET, CHUNK_ERROR_BYTES + 8);
+	put32(p, r->err);
+	put16(p + 4, 0);
+	put64(p + CHUNK_ERROR_BYTES, off);
+	end->iov_len = NBD_CHUNK_HDR_BYTES + CHUNK_ERROR_BYTES + 8;
+	return true;
 }
 
 /* r->ext is the NBD layer's finished answer: from r->offset, no gaps. */

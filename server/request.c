@@ -33,6 +33,7 @@ static struct nbd_req *req_get(struct conn *c)
 	r->buf = NULL;
 	r->have = 0;
 	r->sendfile = false;
+	r->pad = false;
 	r->desc = NULL;
 	r->ext = (struct bio_extents){ 0 };
 	r->niov = r->iov_idx = 0;

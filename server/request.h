@@ -14,9 +14,16 @@
 #include <bionbd/bio.h>
 
 #include "conn.h"
+#include "wire.h"
 
-/* Reply header space: a structured read has up to SRV_READ_CHUNKS chunks. */
-#define REQ_HDR_BYTES (SRV_READ_CHUNKS * (NBD_CHUNK_HDR_BYTES + 12) + 32)
+/*
+ * Reply header space: a structured read has up to SRV_READ_CHUNKS chunks,
+ * and a sendfile read a last one that ends it (NONE, or ERROR_OFFSET with
+ * an offset when the data could not be sent).
+ */
+#define REQ_HDR_BYTES                                                          \
+	(SRV_READ_CHUNKS * (NBD_CHUNK_HDR_BYTES + 12) + NBD_CHUNK_HDR_BYTES +  \
+	 CHUNK_ERROR_BYTES + 8)
 #define REQ_IOVS (2 * SRV_READ_CHUNKS + 2)
 
 struct nbd_req {
@@ -39,6 +46,11 @@ struct nbd_req {
 	 * volume from ->fpos[that iovec's index] on, from the member files.
 	 */
 	bool sendfile;
+	/*
+	 * The member data of a sendfile read could not be sent: the rest of
+	 * its data chunk goes as zeros, then the error chunk (reply_read_failed).
+	 */
+	bool pad;
 	struct bio_extents ext; /* block status answer */
 	uint8_t *desc; /* block status payload (malloc) */
 	/* reply, as sent */
@@ -80,5 +92,15 @@ void req_cache_drain(struct worker *w);
  * sends it at the end of the loop iteration.
  */
 void reply_queue(struct nbd_req *r);
+
+/**
+ * reply_read_failed - the data of @r, a sendfile read whose reply is partly
+ * sent, cannot be read from volume offset @off on (@err): turn the rest of
+ * the reply into what the spec asks, the current data chunk completed with
+ * zeros (->pad), the chunks after it dropped, and an error chunk for @off
+ * that ends the reply.  Returns false where no such reply exists (simple
+ * replies, or it failed already): the connection must then be dropped.
+ */
+bool reply_read_failed(struct nbd_req *r, uint64_t off, int err);
 
 #endif /* BIONBD_REQUEST_H */

@@ -171,6 +171,11 @@ def read_chunks(hh, length, off, flags=0):
               f"read {off}+{length}: chunks {spans} do not tile the request")
         pos += ln
     check(pos == off + length, f"read {off}+{length}: chunks stop at {pos}")
+    # The spec: boundaries inside a read on multiples of 512 where possible.
+    inner = [o for o, _ in spans if o != off]
+    check(all(o % 512 == 0 for o in inner),
+          f"read {off}+{length}: chunks start off 512-byte alignment: "
+          f"{spans}")
     for o, ln, status, buf in chunks:
         check(status in (nbd.READ_DATA, nbd.READ_HOLE),
               f"chunk status {status}")
@@ -196,6 +201,7 @@ for i in range(0, 128 * K, 8 * K):
     write(h, rand(4 * K), R + 256 * K + i)
 read_chunks(h, 128 * K, R + 256 * K)
 read_chunks(h, 128 * K, R + 256 * K, DF)
+read_chunks(bad, 256 * K - 200, R + 100)  # unaligned: holes on 4K of the export
 read_chunks(h, 1536, R + 512)  # shorter than a page
 # Reads with FUA are valid (and do nothing special).
 check(bad.pread(4 * K, R, FUA) == model[R:R + 4 * K], "read + FUA")

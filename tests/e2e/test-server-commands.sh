@@ -19,7 +19,10 @@
 # a member truncated under the server reads as zeroes past its new end.
 # Members on tmpfs with every block allocated: no hole lookup (lseek) for a
 # sendfile read until a trim or zero punches one, whose range then reads
-# back as a hole chunk.
+# back as a hole chunk.  A sendfile read whose data goes away while it is
+# sent (raid1, both members cut short): its data chunk is not the last,
+# zeros complete it, an error chunk at the offset ends the reply, and the
+# connection carries on.
 source "$(dirname "$0")/functions.sh"
 
 requires_nbdpy
@@ -156,4 +159,52 @@ read -r sf before after <"$tmp/counts"
 ((sf > 0)) || die "dense members: no sendfile traced ($(head -c 300 "$tmp/dense.strace"))"
 ((before == 0)) || die "dense members: $before hole lookups (lseek) before the trim"
 ((after > 0)) || die "dense members: no hole lookup after the trim"
+
+# The spec: a chunk that may still fail must not be marked the last.  The
+# reply of a 32 MiB sendfile read fills the socket while the client waits;
+# then the members lose the data and the client reads on.
+log "sendfile read that fails while it is sent"
+rm -f "$shm"/*
+members=("$shm/r0" "$shm/r1")
+start_bionbd -t 1 --level raid1 --size 40M "${members[@]}"
+NBD_SOCK=$NBD_SOCK MEMBERS="${members[*]}" nbdpy - <<'EOF' ||
+import os, select, struct, time
+import nbd_raw as raw
+from nbd_raw import check
+
+N, B = 32 << 20, 4 << 20
+data = raw.pattern(7, B)
+c = raw.connect_go(os.environ["NBD_SOCK"])
+for i in range(N // B):
+    check(c.cmd(raw.CMD_WRITE, i * B, B, payload=data) == 0, "write")
+c.request(raw.CMD_READ, 77, 0, N)
+check(select.select([c.sock], [], [], 10)[0], "no reply within 10 s")
+time.sleep(0.3)  # the server fills the socket and waits for room
+for m in os.environ["MEMBERS"].split():
+    os.truncate(m, 1 << 20)
+chunks = c.full_reply(77)
+kinds = [(r.type, r.flags) for r in chunks]
+check(len(chunks) == 2, f"chunks {kinds}: expected data, then an error")
+d, e = chunks
+check(d.type == raw.REPLY_TYPE_OFFSET_DATA and not d.done,
+      f"first chunk {kinds}: a data chunk marked the last")
+check(e.type == raw.REPLY_TYPE_ERROR_OFFSET and e.done and
+      e.error == raw.EIO, f"last chunk {kinds}, error {e.error}")
+where = struct.unpack(">Q", e.payload[6:14])[0]
+check(struct.unpack(">Q", d.payload[:8])[0] == 0 and len(d.payload) == N + 8,
+      "data chunk: not the whole read")
+check(0 < where < N, f"error offset {where} outside the read")
+got = d.payload[8:]
+check(got[:where] == (data * (N // B))[:where],
+      f"data before the error offset {where}: wrong")
+check(got[where:] == bytes(N - where), "after the error offset: not zeros")
+# The connection is in step: the next request gets its answer.
+c.request(raw.CMD_FLUSH, 78)
+c.full_reply(78)
+c.close()
+EOF
+    die "sendfile read that fails while it is sent"
+grep -q "no copy left to send.*the client gets an error" "$SERVER_LOG" ||
+    die "sendfile failure: not logged"
+stop_bionbd
 log "PASS"

@@ -33,8 +33,8 @@ static void test_errors(void)
 	CHECK_EQ(nbdl_errno_to_nbd(-EDQUOT, NBD_CMD_WRITE, 0), NBD_ENOSPC);
 	CHECK_EQ(nbdl_errno_to_nbd(-EFBIG, NBD_CMD_WRITE_ZEROES, 0),
 		 NBD_ENOSPC);
-	CHECK_EQ(nbdl_errno_to_nbd(-ESHUTDOWN, NBD_CMD_FLUSH, 0),
-		 NBD_ESHUTDOWN);
+	/* A member's ESHUTDOWN must not make the client disconnect. */
+	CHECK_EQ(nbdl_errno_to_nbd(-ESHUTDOWN, NBD_CMD_FLUSH, 0), NBD_EIO);
 	/* ENOTSUP only where the spec allows it: a fast zero */
 	CHECK_EQ(nbdl_errno_to_nbd(-EOPNOTSUPP, NBD_CMD_WRITE_ZEROES, F),
 		 NBD_ENOTSUP);

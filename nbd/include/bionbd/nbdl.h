@@ -269,7 +269,9 @@ int nbdl_extents_finish(struct bio_extents *ext, uint64_t span_start,
  * Per the spec's "Error values": EDQUOT and EFBIG are ENOSPC; ENOTSUP only
  * for WRITE_ZEROES with FAST_ZERO (otherwise an unsupported operation is
  * the server's failure: EIO); EOVERFLOW only for READ with DF (otherwise
- * EINVAL); anything unknown is EIO.
+ * EINVAL); anything unknown is EIO.  ESHUTDOWN too: NBD_ESHUTDOWN says
+ * this server is going away and makes the client disconnect, which a
+ * member's errno must not.
  */
 uint32_t nbdl_errno_to_nbd(int err, uint16_t type, uint16_t flags);
 
