@@ -200,12 +200,17 @@ static int sync_rw(struct file_target *ft, const struct bio *bio)
 	struct bvec_iter iter = bio->bi_iter;
 	bool write = bio_op(bio) == REQ_OP_WRITE;
 	int rwf = (write && (bio->bi_opf & REQ_FUA)) ? RWF_DSYNC : 0;
+	/*
+	 * Bytes, not iter.bi_sector: a short transfer need not end on a
+	 * sector (a member whose size is not a multiple of 512, a nearly
+	 * full file system), and the sector would drop the remainder.
+	 */
+	off_t off = (off_t)bio_offset_bytes(bio);
 	struct iovec iov[64];
 
 	while (iter.bi_size) {
 		unsigned int n = bio_iter_to_iovec(bio, iter, iov,
 						   ARRAY_SIZE(iov));
-		off_t off = (off_t)(iter.bi_sector << SECTOR_SHIFT);
 		ssize_t r;
 
 		r = write ? pwritev2(ft->fd, iov, (int)n, off, rwf) :
@@ -223,6 +228,7 @@ static int sync_rw(struct file_target *ft, const struct bio *bio)
 		}
 		/* Short I/O: go on from where it stopped. */
 		bvec_iter_advance(bio->bi_io_vec, &iter, (unsigned int)r);
+		off += r;
 	}
 	return 0;
 }

@@ -37,6 +37,11 @@ struct uring_rq {
 	bool async; /* IOSQE_ASYNC: the copy never runs in io_uring_submit */
 	uint32_t async_bytes; /* counted in uring_ioq.async_bytes */
 	uint32_t zdone; /* bytes of zeros written (ZS_WRITE) */
+	/*
+	 * Bytes short transfers moved past what bi_sector counts (it drops
+	 * a remainder under 512): added to its offset when the rest goes.
+	 */
+	uint32_t skew;
 	struct iovec iov[URING_RQ_IOVS];
 };
 
@@ -87,6 +92,7 @@ static void rq_prep(struct io_uring_sqe *sqe, struct uring_rq *rq)
 	case REQ_OP_WRITE:
 		n = bio_iter_to_iovec(bio, bio->bi_iter, rq->iov,
 				      URING_RQ_IOVS);
+		off += rq->skew;
 		if (bio_op(bio) == REQ_OP_READ) {
 			if (n == 1)
 				io_uring_prep_read(sqe, fd, rq->iov[0].iov_base,
@@ -244,6 +250,7 @@ static void uring_submit(struct ioq *q, struct file_target *ft,
 		     !ioq_inline_now(q, bio->bi_iter.bi_size));
 	rq->syncing = false;
 	rq->zdone = 0;
+	rq->skew = 0;
 	rq->zstep = zero_first_step(bio);
 	rq->async_bytes = 0;
 	q->inflight++;
@@ -340,6 +347,7 @@ static void rq_complete(struct uring_ioq *uq, struct uring_rq *rq, int res)
 		}
 		if ((unsigned int)res < bio->bi_iter.bi_size) {
 			/* Short: account what was done, issue the rest. */
+			rq->skew += (uint32_t)res & (SECTOR_SIZE - 1);
 			bio_endio(bio, (unsigned int)res, 0);
 			uring_issue(uq, rq);
 			return;
