@@ -20,12 +20,39 @@
 /* Readahead one CACHE bio may ask of a member (see file_submit). */
 #define FILE_CACHE_MAX_BYTES (8u << 20)
 
+/*
+ * The kernel reports a failed writeback once per open file, at the next
+ * fdatasync (or RWF_DSYNC write), and forgets the pages: that one error
+ * may be all anyone learns of writes acknowledged long before.  All our
+ * clients share the member's one descriptor, so after a failed sync no
+ * later flush may succeed: the member fails every flush from then on
+ * (as qemu does), and a mirror takes the member out at the first.
+ */
+static void file_sync_failed(struct file_target *ft, int err)
+{
+	if (!atomic_exchange(&ft->sync_failed, true))
+		target_notice(TARGET_NOTICE_ERROR,
+			      "member %s: a sync failed (%s): writes before it "
+			      "may not have reached storage; every flush fails "
+			      "with EIO from now on (restart the server once "
+			      "the member is checked)",
+			      ft->t.name, strerror(-err));
+}
+
+void file_report_error(struct file_target *ft, const struct bio *bio, int err)
+{
+	target_report_error(&ft->t, bio, err);
+	if (bio_op(bio) == REQ_OP_FLUSH ||
+	    ((bio->bi_opf & REQ_FUA) && err == -EIO && !ft->direct))
+		file_sync_failed(ft, err);
+}
+
 void file_inline(struct file_target *ft, struct ioq *q, struct bio *bio)
 {
 	int r = file_do_sync(ft, bio);
 
 	if (r)
-		target_report_error(&ft->t, bio, r);
+		file_report_error(ft, bio, r);
 	ioq_defer_end(q, bio, r);
 }
 
@@ -63,6 +90,12 @@ static void file_submit(struct target *t, struct bio *bio)
 	}
 	if (unlikely(ft->readonly && op_is_write(bio_op(bio)))) {
 		bio_io_error(bio, -EPERM);
+		return;
+	}
+	if (unlikely(bio_op(bio) == REQ_OP_FLUSH &&
+		     atomic_load_explicit(&ft->sync_failed,
+					  memory_order_relaxed))) {
+		bio_io_error(bio, -EIO);
 		return;
 	}
 	/* Trim and zero may punch a hole: file_dense learns it anew. */
@@ -163,6 +196,9 @@ static void file_unplug(struct target *t, struct bio **bios, unsigned int nr)
 		r = write ? pwritev2(ft->fd, iov, (int)cnt, (off_t)off,
 				     fua ? RWF_DSYNC : 0) :
 			    preadv(ft->fd, iov, (int)cnt, (off_t)off);
+		/* Its error is not seen again when the bios are redone. */
+		if (r < 0 && errno == EIO && write && fua)
+			file_sync_failed(ft, -EIO);
 		for (; i < j; i++) {
 			if (r >= 0 && (size_t)r == bytes)
 				ioq_defer_end(q, bios[i], 0);
@@ -297,6 +333,7 @@ int file_target_open(struct target **out, const char *path,
 	flags = (opts->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC;
 	if (opts->direct)
 		flags |= O_DIRECT;
+	ft->direct = opts->direct;
 	ft->fd = open(path, flags);
 	if (ft->fd < 0) {
 		r = -errno;

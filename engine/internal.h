@@ -44,6 +44,9 @@ struct file_target {
 	/* Memory-backed files: no hole anywhere (file_dense in file.c). */
 	atomic_bool dense;
 	atomic_uint dense_looks;
+	bool direct; /* O_DIRECT: a write's error is its own, never writeback's */
+	/* A sync failed: every flush fails from then on (file_report_error). */
+	atomic_bool sync_failed;
 };
 
 extern const struct target_ops file_target_ops;
@@ -263,6 +266,13 @@ int file_do_sync(struct file_target *ft, struct bio *bio);
 /* Do @bio on this thread now (a memory-backed member); it ends at the next
  * ioq_reap. */
 void file_inline(struct file_target *ft, struct ioq *q, struct bio *bio);
+
+/*
+ * @bio failed on @ft with @err: report it (target_report_error) and, if a
+ * sync failed with it, fail the member's later flushes (see file.c).
+ */
+void file_report_error(struct file_target *ft, const struct bio *bio,
+		       int err);
 
 struct ioq_later;
 struct ioq_poll;

@@ -16,6 +16,13 @@
  * waiting for it, and the next attempt waits for a backoff that doubles up
  * to REMOTE_BACKOFF_MAX (bios meanwhile fail at once).  The member's state
  * changes are logged once for all threads, not per bio.
+ *
+ * Nor is a lost write ever hidden.  A write the remote acknowledged may
+ * live in its cache until a flush; if the connection that carried it goes
+ * first (the remote crashed or restarted), it may be gone, and a flush on
+ * the next connection would succeed all the same.  So a connection lost
+ * with such writes marks the member (->lost): every flush fails with EIO
+ * from then on, as a file's would after its fsync failed (file.c).
  */
 #include <errno.h>
 #include <libnbd.h>
@@ -53,6 +60,16 @@ struct remote_target {
 	 * was only read a connection made just to flush it at close.
 	 */
 	atomic_bool written;
+	/*
+	 * Lost-write tracking (see the top): each write the remote may hold
+	 * in its cache takes a number from @wseq when it completes; a flush
+	 * covers the numbers taken before it was sent: on every connection
+	 * where the remote allows multi-conn (@flushed), else on its own
+	 * (remote_conn.flushed_w).  Only when the remote can flush at all.
+	 */
+	atomic_uint_fast64_t wseq;
+	atomic_uint_fast64_t flushed;
+	atomic_bool lost; /* sticky: every flush fails with EIO */
 	/*
 	 * Block status goes over connections of its own (one a thread, made
 	 * on the first such request) with structured replies, so that the
@@ -102,6 +119,8 @@ struct remote_conn {
 	 * callbacks).
 	 */
 	struct remote_io *flush_head;
+	/* Our latest unflushed write's number, and what our flushes covered. */
+	uint64_t last_w, flushed_w;
 };
 
 /*
@@ -131,6 +150,7 @@ struct remote_io {
 	struct remote_io *next_flush; /* in conn->flush_head */
 	uint64_t t0;
 	uint64_t ext_start, ext_end; /* extents: bio range, covered up to */
+	uint64_t wseq_at; /* a flush: the write numbers taken when it left */
 };
 
 /* Guards every rt->conns list and every conn's rt. */
@@ -558,6 +578,73 @@ static void io_end_run(struct remote_conn *c, struct remote_io *io)
 	}
 }
 
+/* @io succeeded: what it means for lost-write tracking (see the top). */
+static void io_track(struct remote_conn *c, const struct remote_io *io)
+{
+	struct remote_target *rt = c->rt;
+	const struct bio *bio = io->bio;
+	uint64_t f;
+
+	if (!rt->info.flush)
+		return; /* the remote keeps nothing a flush would save */
+	switch (bio_op(bio)) {
+	case REQ_OP_FLUSH:
+		if (!rt->info.multi_conn) {
+			if (io->wseq_at > c->flushed_w)
+				c->flushed_w = io->wseq_at;
+			break;
+		}
+		f = atomic_load(&rt->flushed);
+		while (f < io->wseq_at &&
+		       !atomic_compare_exchange_weak(&rt->flushed, &f,
+						     io->wseq_at))
+			;
+		break;
+	case REQ_OP_WRITE:
+	case REQ_OP_WRITE_ZEROES:
+	case REQ_OP_DISCARD:
+		/* FUA, native or a flush after it (then_flush): durable. */
+		if (!(bio->bi_opf & REQ_FUA))
+			c->last_w = atomic_fetch_add(&rt->wseq, 1) + 1;
+		break;
+	default:
+		break;
+	}
+}
+
+/*
+ * @c's connection is gone: if it carried writes no flush covered, they
+ * may be lost, and the member says so from now on (see the top).  Where
+ * the remote allows multi-conn, any connection's writes count: a client
+ * may flush them over another connection, whose death this thread would
+ * not see before that flush succeeds; one connection gone may be the
+ * remote restarting under all of them.
+ */
+static void conn_lost_writes(struct remote_conn *c)
+{
+	struct remote_target *rt = c->rt;
+	uint64_t mine = c->last_w, covered;
+
+	if (!rt)
+		return;
+	if (rt->info.multi_conn) {
+		uint64_t all = atomic_load(&rt->wseq);
+
+		mine = all > mine ? all : mine;
+		covered = atomic_load(&rt->flushed);
+	} else {
+		covered = c->flushed_w;
+	}
+	if (mine > covered && !atomic_exchange(&rt->lost, true))
+		target_notice(TARGET_NOTICE_ERROR,
+			      "member %s: the connection went with writes "
+			      "not yet flushed, which the remote may have "
+			      "lost; every flush fails with EIO from now on "
+			      "(restart the server once its data is checked)",
+			      rt->uri);
+	c->last_w = c->flushed_w = 0;
+}
+
 /* One command of @io less; the last one ends the bio (at the next reap). */
 static void io_put(struct remote_io *io)
 {
@@ -575,6 +662,8 @@ static void io_put(struct remote_io *io)
 		return;
 	}
 	io_unlink(c, io);
+	if (!io->err && c->rt)
+		io_track(c, io);
 	if (io->nr_bios > 1) {
 		io_end_run(c, io);
 	} else {
@@ -746,6 +835,7 @@ static void conn_drop(struct remote_conn *c, const char *why)
 	conn_timer_stop(c);
 	c->state = RC_BACKOFF;
 	conn_close(c);
+	conn_lost_writes(c);
 	/* What the close did not end, ends here. */
 	c->flush_head = NULL;
 	while ((io = c->head)) {
@@ -903,6 +993,30 @@ static void conn_connect(struct remote_conn *c)
 	conn_check(c);
 }
 
+/*
+ * A thread's connection closes for good with writes no flush covered: a
+ * disconnect does not ask the remote to make them durable, and the flush
+ * at the volume's close goes over another connection, which covers them
+ * only where the remote allows multi-conn.  So flush them here (within
+ * the timeout), or mark them lost.  Under remote_lock: @c->rt stays.
+ */
+static void conn_flush_at_close(struct remote_conn *c)
+{
+	struct remote_target *rt = c->rt;
+	int64_t cookie;
+
+	if (!rt || !c->last_w || c->state != RC_READY ||
+	    c->last_w <= (rt->info.multi_conn ? atomic_load(&rt->flushed) :
+						c->flushed_w))
+		return;
+	cookie = nbd_aio_flush(c->h, NBD_NULL_COMPLETION, 0);
+	if (cookie != -1 &&
+	    !handle_wait(c->h, cookie,
+			 engine_now_ns() + (uint64_t)rt->timeout_ms * 1000000u))
+		return;
+	conn_lost_writes(c);
+}
+
 static void conn_destroy(struct ioq_slot *s)
 {
 	struct remote_conn *c = container_of(s, struct remote_conn, slot);
@@ -910,6 +1024,9 @@ static void conn_destroy(struct ioq_slot *s)
 	/* Nothing is in flight: ioq_destroy's caller drained the queue. */
 	if (c->h) {
 		ioq_poll_del(c->q, &c->poll);
+		pthread_mutex_lock(&remote_lock);
+		conn_flush_at_close(c);
+		pthread_mutex_unlock(&remote_lock);
 		(void)nbd_aio_disconnect(c->h, 0); /* never blocks */
 		nbd_close(c->h);
 	}
@@ -1152,6 +1269,13 @@ static void conn_issue_run(struct remote_conn *c, struct bio **bios,
 			issue_rw(c, io, true, flags);
 		break;
 	case REQ_OP_FLUSH:
+		/* Lost since remote_submit looked (found by remote_queue). */
+		if (atomic_load(&c->rt->lost)) {
+			io->err = -EIO;
+			io->quiet = true;
+			break;
+		}
+		io->wseq_at = atomic_load(&c->rt->wseq);
 		io->pending++;
 		if (nbd_aio_flush(c->h, CB(io_cmd_cb, io), 0) == -1)
 			io_cmd_failed(io);
@@ -1225,6 +1349,8 @@ static int remote_answer_here(const struct remote_target *rt,
 	case REQ_OP_CACHE:
 		return in->cache ? -1 : 0;
 	case REQ_OP_FLUSH:
+		if (atomic_load_explicit(&rt->lost, memory_order_relaxed))
+			return -EIO;
 		if (!in->flush ||
 		    !atomic_load_explicit(&rt->written, memory_order_relaxed))
 			return 0;
@@ -1306,6 +1432,7 @@ static void remote_queue(struct remote_target *rt, struct ioq *q,
 			return;
 		}
 		conn_close(c); /* a new one, quietly: see conn_idle_dead */
+		conn_lost_writes(c);
 		c->state = RC_IDLE;
 	}
 	if (c->state == RC_BACKOFF) {

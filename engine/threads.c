@@ -299,7 +299,7 @@ static int threads_reap(struct ioq *q)
 			tq->free_rqs = rq;
 			q->inflight--;
 			if (res)
-				target_report_error(&ft->t, bio, res);
+				file_report_error(ft, bio, res);
 			bio_endio(bio, bio->bi_iter.bi_size, res);
 			n++;
 		}

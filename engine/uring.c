@@ -270,7 +270,7 @@ static void rq_end(struct uring_ioq *uq, struct uring_rq *rq, int err)
 	uq->async_bytes -= rq->async_bytes;
 	rq_put(uq, rq);
 	if (err)
-		target_report_error(&ft->t, bio, err);
+		file_report_error(ft, bio, err);
 	bio_endio(bio, bio->bi_iter.bi_size, err);
 }
 

@@ -176,6 +176,16 @@ mount_tmpfs() {
     _cleanup_mounts+=("$1")
 }
 
+# loop_setup VAR LOSETUP-ARGS...: a new loop device in $VAR, detached at
+# exit (before $tmp goes and before mounts are undone).
+loop_setup() {
+    local var=$1 dev
+    shift
+    dev=$(losetup -f --show "$@") || return 1
+    on_exit "losetup -d '$dev' 2>/dev/null"
+    printf -v "$var" '%s' "$dev"
+}
+
 # fstype PATH: the file system type of PATH, as stat -f names it (tmpfs,
 # ramfs, ext2/ext3, xfs ...).
 fstype() { stat -f -c %T "$1"; }

@@ -250,3 +250,24 @@ def server_error(want, what, fn, *args):
               f"{what}: refused by libnbd, not the server: {e.string}")
         return
     fail(f"{what}: expected {name}, but it succeeded")
+
+
+def restart_nbdkit(pid, sock, args):
+    """Kill nbdkit @pid (SIGKILL: a crash, its caches lost) and start it
+    again on unix socket @sock with nbdkit arguments @args (a list); the
+    new one exits with the caller.  Returns once it listens and a server's
+    idle connections to the old one are past their 0.2 s idle check."""
+    import signal
+    import subprocess
+    import time
+    os.kill(pid, signal.SIGKILL)
+    # Gone, or a zombie its parent (the test script) has not reaped yet.
+    while os.path.exists(f"/proc/{pid}") and \
+            open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+        time.sleep(0.05)
+    os.unlink(sock)
+    subprocess.Popen(["nbdkit", "-f", "--exit-with-parent", "-U", sock] +
+                     args)
+    while not os.path.exists(sock):
+        time.sleep(0.05)
+    time.sleep(0.3)

@@ -96,16 +96,6 @@ printf '[export a]\nfile = %s\nread-only = true\n[export b]\nfile = %s\nread-onl
 serves --conf "$conf"
 
 # ---- loop devices, device nodes and partitions (root and losetup)
-# loop_setup VAR LOSETUP-ARGS...: a new loop device in $VAR, detached at
-# exit (before $tmp goes).
-loop_setup() {
-    local var=$1 dev
-    shift
-    dev=$(losetup -f --show "$@") || return 1
-    on_exit "losetup -d '$dev' 2>/dev/null"
-    printf -v "$var" '%s' "$dev"
-}
-
 can_loop=
 if [[ $(id -u) -ne 0 ]]; then
     log "SKIP loop device cases: not root"

@@ -25,6 +25,9 @@
 #    is refused in one line.
 #  - A mirror asked of remotes without superblocks: refused, naming bioctl
 #    create; a remote spare: refused.
+#  - A mirror of a remote with a writeback cache and a file: the remote
+#    killed and restarted with writes it had not flushed; the next flush
+#    takes it out of service and succeeds, and reads come from the file.
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -100,12 +103,14 @@ head -c 32M /dev/urandom >img1.raw
 start_server --timeout 5 "$(ruri m1)" "$(ruri m0)"
 [[ $SERVER == plugin ]] || expect_grep "volume 'rmir'.*raid1" "$SERVER_LOG"
 [[ $(nbdinfo --size "$NBD_URI") -eq $((32 << 20)) ]] || die "size: expected 32M"
-nbdcopy img1.raw "$NBD_URI" || die "nbdcopy to the mirror"
+nbdcopy --flush img1.raw "$NBD_URI" || die "nbdcopy to the mirror"
 nbdcopy "$NBD_URI" back.raw || die "nbdcopy from the mirror"
 cmp img1.raw back.raw || die "the mirror reads back other data"
-# A remote restarted while the volume is idle: its connections (the data
-# path's, and the one superblock writes keep) see a clean close and are
-# made again; the writes after it and the clean stop reach it.
+# A remote restarted while the volume is idle, everything written flushed
+# (writes it had not flushed would count as lost: see docs/remote.md): its
+# connections (the data path's, and the one superblock writes keep) see a
+# clean close and are made again; the writes after it and the clean stop
+# reach it.
 stop_remote m1
 start_remote m1
 sleep 0.3 # past the idle check of the data path's connections
@@ -256,4 +261,40 @@ server_refuses_once --level raid1 --size 16M "$(ruri h0)" "$(ruri h1)"
 expect_grep "has no superblock; make the mirror with bioctl create" "$SERVER_ERR"
 server_refuses_once --spare "$(ruri h0)" "$(ruri m0)" "$(ruri m1)"
 expect_grep "spare .*r-h0.sock: a spare is a local file or block device" "$SERVER_ERR"
+
+# --- a remote that loses writes it had not flushed ----------------------------------
+# Its writeback cache (nbdkit's cache filter) goes with it: restarted, it
+# would answer a flush as if nothing happened.  The mirror's flush takes it
+# out instead and succeeds on the other copy, which then serves the data.
+# One thread (the plugin): the loss is seen by the thread whose connection
+# carried the writes (docs/remote.md).
+log "a mirror member that loses writes it had not flushed"
+truncate -s 40M w0.img
+wbargs=(--filter=cache file "$tmp/w0.img" cache=writeback)
+rm -f r-w0.sock
+start_bg nbdkit -f --exit-with-parent -U "$tmp/r-w0.sock" "${wbargs[@]}" \
+    </dev/null >r-w0.log 2>&1
+RPID[w0]=$BG_PID
+for ((n = 0; n < 200; n++)); do [[ -S r-w0.sock ]] && break; sleep 0.05; done
+"$BIOCTL" create --level raid1 --size 16M --name wb "$(ruri w0)" \
+    "$tmp/l1.img" >/dev/null || die "bioctl create remote + file: exit $?"
+start_server --timeout 5 --threads 1 "$(ruri w0)" "$tmp/l1.img"
+WBPID=${RPID[w0]} SOCK=$tmp/r-w0.sock WBARGS="${wbargs[*]}" \
+    NBD_URI=$NBD_URI nbdpy - <<'PY' || die "a mirror over a remote that lost writes"
+import os
+from nbd_e2e import connect, restart_nbdkit
+h = connect()
+h.pwrite(b"A" * 65536, 0)
+h.flush()
+h.pwrite(b"B" * 65536, 1 << 20)
+restart_nbdkit(int(os.environ["WBPID"]), os.environ["SOCK"],
+               os.environ["WBARGS"].split())
+h.flush()  # the file's copy holds everything
+for _ in range(4):  # every read, not every other one
+    assert h.pread(65536, 1 << 20) == b"B" * 65536, "a lost write read back"
+assert h.pread(65536, 0) == b"A" * 65536
+h.shutdown()
+PY
+expect_grep "r-w0.sock \(role 0\) marked faulty after a flush error" "$SERVER_LOG"
+stop_server
 log "ok"

@@ -27,6 +27,9 @@
 #    reach it as one command (the remotes' logs show it).
 #  - A server that starts and stops makes one connection to each remote,
 #    and flushes a remote only once it wrote to it.
+#  - A remote with a writeback cache killed and restarted with writes it
+#    had not flushed: the volume's flushes fail with EIO from then on, and
+#    the log says why once; with everything flushed first, no alarm.
 #  - TLS to the remotes: an nbdkit and a bionbd that require TLS with a
 #    pre-shared key, reached as nbds+unix:// with tls-psk-file=: the layout
 #    check; the wrong key and a plaintext URI are one-line refusals.
@@ -474,4 +477,52 @@ for m in c0 c1; do
 done
 stop_remote c0
 stop_remote c1
+
+# --- a remote that loses writes it had not flushed ------------------------------
+# nbdkit's cache filter in writeback mode holds acknowledged writes until a
+# flush; killed, it loses them.  Restarted, it answers a flush on a new
+# connection as if nothing happened: the volume's flush must fail (EIO,
+# and every one after it) and say why once.  Writes flushed before the
+# kill read back.  The same with every write flushed before the kill: no
+# false alarm, flushes succeed.  One thread (the plugin): the loss is seen
+# by the thread whose connection carried the writes (docs/remote.md).
+log "a remote that loses writes it had not flushed"
+for case in lost flushed; do
+    rm -f "$tmp/wb.img"
+    truncate -s 32M "$tmp/wb.img"
+    wbargs=(--filter=cache file "$tmp/wb.img" cache=writeback)
+    start_remote wb "${wbargs[@]}"
+    start_server --threads 1 "$(ruri wb)"
+    CASE=$case WBPID=${RPID[wb]} SOCK=$tmp/r-wb.sock WBARGS="${wbargs[*]}" \
+        NBD_URI=$NBD_URI nbdpy - <<'PY' || die "$case: flush after the remote lost writes"
+import os
+import nbd
+from nbd_e2e import connect, restart_nbdkit
+h = connect()
+h.pwrite(b"A" * 65536, 0)
+h.flush()
+h.pwrite(b"B" * 65536, 1 << 20)
+if os.environ["CASE"] == "flushed":
+    h.flush()
+# The new remote goes when this script does.
+restart_nbdkit(int(os.environ["WBPID"]), os.environ["SOCK"],
+               os.environ["WBARGS"].split())
+for i in range(2):
+    try:
+        h.flush()
+        assert os.environ["CASE"] == "flushed", f"flush {i} succeeded"
+    except nbd.Error as e:
+        assert os.environ["CASE"] == "lost", f"flush {i}: {e}"
+        assert e.errno == "EIO", e
+assert h.pread(65536, 0) == b"A" * 65536, "flushed data lost"
+h.shutdown()
+PY
+    if [[ $case == lost ]]; then
+        expect_grep "r-wb.sock: the connection went with writes not yet flushed" "$SERVER_LOG"
+    elif grep -q "not yet flushed" "$SERVER_LOG"; then
+        die "flushed: a false alarm: $(grep "not yet flushed" "$SERVER_LOG")"
+    fi
+    stop_server
+    stop_remote wb
+done
 log "ok"
