@@ -529,6 +529,48 @@ static void roles_lost(const struct sb_volume *v, const char *const *paths,
 	}
 }
 
+/* Does @a record the member whose superblock is @b as faulty? */
+static bool sb_condemns(const struct superblock *a, const struct superblock *b)
+{
+	const struct sb_role *r = &a->roles[b->role];
+
+	return r->state == SB_ROLE_FAULTY &&
+	       !memcmp(r->uuid, b->member_uuid, sizeof(r->uuid));
+}
+
+/*
+ * Two present members that each record the other as faulty were each
+ * served without the other (one start missed the first, a later one the
+ * second): each holds writes the other lacks, and neither event counts
+ * nor the order of the members say which to keep.  Assembling from the
+ * newest would drop the other's writes without a word, so refuse and let
+ * the administrator choose.
+ */
+static int sb_split_brain(const struct superblock *sbs, const char *const *paths,
+			  unsigned int n, char *why, size_t whylen)
+{
+	for (unsigned int a = 0; a < n; a++) {
+		if (!sbs[a].version)
+			continue;
+		for (unsigned int b = a + 1; b < n; b++) {
+			if (!sbs[b].version || !sb_condemns(&sbs[a], &sbs[b]) ||
+			    !sb_condemns(&sbs[b], &sbs[a]))
+				continue;
+			snprintf(why, whylen,
+				 "members %s and %s each record the other as "
+				 "faulty: the volume was served from each "
+				 "without the other, and each holds writes the "
+				 "other lacks; keep one and copy it over the "
+				 "other, offline (to keep %s: bioctl rebuild "
+				 "%s --replace %s %s)",
+				 paths[a], paths[b], paths[a], paths[a],
+				 paths[b], paths[b]);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 int sb_assemble(const char *const *paths, unsigned int n,
 		unsigned int timeout_ms, struct sb_volume *out, char *why,
 		size_t whylen)
@@ -659,6 +701,9 @@ int sb_assemble(const char *const *paths, unsigned int n,
 		out->order[sbs[i].role] = i;
 		out->nr++;
 	}
+	r = sb_split_brain(sbs, paths, n, why, whylen);
+	if (r)
+		goto out;
 	out->clean = true;
 	for (unsigned int role = 0; role < out->sb.nr_roles; role++) {
 		unsigned int i = out->order[role];

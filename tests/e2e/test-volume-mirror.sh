@@ -16,7 +16,9 @@
 # destroyed, the resync covers every region.  Degraded: with a member file
 # gone the volume starts degraded (records the role faulty), serves, and
 # the member brought back is stale: it stays out of service (its old data
-# is never read back) until rebuilt, and bioctl info says so.  A member
+# is never read back) until rebuilt, and bioctl info says so.  Split
+# brain (each member served once without the other): refused together in
+# one line naming both, bioctl info too; bioctl rebuild keeps one.  A member
 # file cut short while served (on the page cache, and on tmpfs where reads
 # go out with sendfile): every read still returns the data, from the other
 # copy, and the member is recorded faulty.  A rebuild stopped half-way
@@ -316,4 +318,39 @@ server_refuses_once --copies 3 n0 n1 n2 n3
 expect_grep "copies 3: volume .* has 2 in its superblocks" "$SERVER_ERR"
 server_refuses_once --level raid0 --copies 2 --size 16M z0 z1
 expect_grep "copies 2: only raid1 and raid10 keep copies" "$SERVER_ERR"
+
+# Split brain: member 1 served alone (0 gone), then member 0 alone (1
+# gone): each records the other faulty and holds writes the other lacks.
+# Together they are refused in one line naming both (served from the
+# newest, or in the order given, one side's writes would vanish), and
+# bioctl info says the same; bioctl rebuild copies the one kept over the
+# other, and the volume then serves the kept data from either copy.
+log "split brain: each member served without the other"
+expect_ok "$BIOCTL" create --level raid1 --size 16M --name sbv sb0 sb1 >/dev/null
+write_at0() { # BYTE
+    NBD_URI=$NBD_URI BYTE=$1 nbdpy -c 'import os
+from nbd_e2e import connect
+h = connect()
+h.pwrite(os.environ["BYTE"].encode() * 65536, 0)
+h.flush()' || die "write $1"
+}
+for side in 1 0; do
+    other=$((1 - side))
+    mv "sb$other" away
+    start_server sb0 sb1
+    write_at0 "$side"
+    stop_server
+    mv away "sb$other"
+done
+server_refuses_once sb0 sb1
+expect_grep "members (.*/)?sb0 and (.*/)?sb1 each record the other as faulty" "$SERVER_ERR"
+"$BIOCTL" info sb0 sb1 >info.txt && die "bioctl info: a split brain is a volume"
+expect_grep "members sb0 and sb1 each record the other as faulty" info.txt
+expect_ok "$BIOCTL" rebuild sb1 --replace sb0 sb0 >/dev/null
+start_server sb0 sb1
+NBD_URI=$NBD_URI nbdpy -c 'from nbd_e2e import connect
+h = connect()
+for _ in range(4):  # both copies
+    assert h.pread(65536, 0) == b"1" * 65536' || die "after the rebuild: not the kept data"
+stop_server
 log ok
