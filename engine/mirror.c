@@ -227,22 +227,37 @@ static void leg_add(struct mirror_io *io, unsigned int member,
 static void write_leg_endio(struct bio *clone);
 
 /* Send leg @l: a clone of the piece, moved to the leg's member range. */
-static int leg_submit(struct mirror_leg *l, unsigned int opf)
+/* @l's piece as a bio for its member, or NULL (no memory). */
+static struct bio *leg_clone(struct mirror_leg *l, unsigned int opf)
 {
 	struct mirror_io *io = l->io;
 	struct bio *clone = bio_clone(io->bio);
 
 	if (!clone)
-		return -ENOMEM;
+		return NULL;
 	clone->bi_opf = opf;
 	clone->bi_iter.bi_sector = l->sector;
 	if (!bio_has_data(io->bio))
 		clone->bi_iter.bi_size = l->size;
 	clone->bi_private = l;
 	clone->bi_end_io = write_leg_endio;
-	io->pending++;
-	l->target = io->mt->members[l->member];
+	return clone;
+}
+
+static void leg_go(struct mirror_leg *l, struct bio *clone)
+{
+	l->io->pending++;
+	l->target = l->io->mt->members[l->member];
 	submit_bio(l->target, clone);
+}
+
+static int leg_submit(struct mirror_leg *l, unsigned int opf)
+{
+	struct bio *clone = leg_clone(l, opf);
+
+	if (!clone)
+		return -ENOMEM;
+	leg_go(l, clone);
 	return 0;
 }
 
@@ -331,13 +346,31 @@ static void write_leg_endio(struct bio *clone)
 		write_done(io);
 }
 
-/* Send every leg of a write-type @io; the piece ends in write_done. */
+/*
+ * Send every leg of a write-type @io; the piece ends in write_done.  The
+ * clones are made first: a leg left behind for want of memory while the
+ * others went would leave its copy stale, and be marked faulty for it.
+ * Without memory for all, none goes and the piece fails (ENOMEM).
+ */
 static void write_start(struct mirror_io *io)
 {
-	io->pending = 1; /* held while the legs go out */
-	for (unsigned int i = 0; i < io->nr_legs; i++)
-		if (leg_submit(&io->legs[i], io->bio->bi_opf))
+	struct bio *clones[MIRROR_MAX_MEMBERS];
+	unsigned int i;
+
+	for (i = 0; i < io->nr_legs; i++) {
+		clones[i] = leg_clone(&io->legs[i], io->bio->bi_opf);
+		if (!clones[i])
+			break;
+	}
+	if (i < io->nr_legs) {
+		while (i--)
+			bio_put(clones[i]);
+		for (i = 0; i < io->nr_legs; i++)
 			io->legs[i].err = -ENOMEM;
+	}
+	io->pending = 1; /* held while the legs go out */
+	for (i = 0; i < io->nr_legs && !io->legs[i].err; i++)
+		leg_go(&io->legs[i], clones[i]);
 	if (!--io->pending)
 		write_done(io);
 }

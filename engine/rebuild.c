@@ -170,16 +170,41 @@ static int step_copy(struct mirror_target *mt, unsigned int m, uint64_t x,
 	}
 }
 
-static void record_progress(struct mirror_target *mt, unsigned int m,
-			    uint64_t x)
+/*
+ * Member @m's copies so far reach storage before a checkpoint (or the
+ * active state) on the others says they are there: after a power loss the
+ * rebuild must not resume past data the member never kept.  A failure is
+ * the member's: it is marked faulty, as for a failed copy.  0 or -errno.
+ */
+static int rb_flush(struct mirror_target *mt, unsigned int m)
+{
+	struct bio *bio = bio_alloc(0, REQ_OP_FLUSH);
+	int r;
+
+	if (!bio)
+		return -ENOMEM;
+	r = submit_bio_wait(mt->members[m], bio);
+	bio_put(bio);
+	if (r && r != -ENOMEM)
+		(void)mirror_fail(mt, m, mt->members[m], REQ_OP_FLUSH, 0, r);
+	return r;
+}
+
+/* Checkpoint member @m's rebuild at @x, once what it copied is synced. */
+static int record_progress(struct mirror_target *mt, unsigned int m,
+			   uint64_t x)
 {
 	uint64_t cp = x & ~((uint64_t)mt->g.chunk_bytes - 1);
+	int r = rb_flush(mt, m);
 
+	if (r)
+		return r;
 	pthread_mutex_lock(&mt->lock);
 	mt->checkpoint[m] = cp;
 	if (mt->hooks.progress)
 		(void)mt->hooks.progress(mt->hooks.arg, m, cp);
 	pthread_mutex_unlock(&mt->lock);
+	return 0;
 }
 
 /* Rebuild member @m from its checkpoint on. */
@@ -222,7 +247,9 @@ static void rebuild_member(struct mirror_target *mt, unsigned int m)
 		x += n;
 		now = engine_now_s();
 		if (now - saved >= REBUILD_CHECKPOINT_S) {
-			record_progress(mt, m, x);
+			err = record_progress(mt, m, x);
+			if (err)
+				break;
 			saved = now;
 		}
 		if (now - told >= REBUILD_REPORT_S) {
@@ -236,10 +263,10 @@ static void rebuild_member(struct mirror_target *mt, unsigned int m)
 	}
 	free(buf);
 	if (err == -EINTR) {
-		record_progress(mt, m, x); /* stopping: resume here */
+		(void)record_progress(mt, m, x); /* stopping: resume here */
 		return;
 	}
-	if (err)
+	if (err || rb_flush(mt, m))
 		return;
 	pthread_mutex_lock(&mt->lock);
 	{

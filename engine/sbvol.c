@@ -518,13 +518,17 @@ static void sbvol_destroy(struct target *t)
 	/* The mirror's bitmap daemon stops with it: nothing writes now. */
 	target_destroy(sv->inner);
 	/*
-	 * A member that cannot be marked keeps its flag cleared, which reads
-	 * as an unclean shutdown: the safe side, so nothing more to do.  The
-	 * bitmap goes clear first: every write is done and synced.
+	 * Clean only once every write is on storage: a member whose sync
+	 * fails leaves the flag cleared, an unclean shutdown whose bitmap
+	 * regions the next start resyncs.  A member that cannot be marked
+	 * keeps its flag cleared too: the safe side.  The bitmap goes clear
+	 * first.
 	 */
-	if (sv->bitmap_regions && !sb_sync(sv))
-		(void)sb_bitmap_write(sv, none, sv->bitmap_regions);
-	(void)sb_mark(sv, true);
+	if (!sb_sync(sv)) {
+		if (sv->bitmap_regions)
+			(void)sb_bitmap_write(sv, none, sv->bitmap_regions);
+		(void)sb_mark(sv, true);
+	}
 	sbvol_free(sv);
 }
 

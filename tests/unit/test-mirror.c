@@ -601,6 +601,33 @@ static void case_rebuild_resume(void)
 }
 
 /*
+ * The rebuilt member is flushed before it is recorded active (its copies
+ * must be on storage before the others say so): with its flushes failing
+ * it ends faulty, never active.
+ */
+static void case_rebuild_flush(void)
+{
+	uint8_t state[2] = { MIRROR_ACTIVE, MIRROR_REBUILDING }, st[MAXN];
+	struct fixture f;
+	int i;
+
+	fixture_setup_state(&f, 2, 2, 4u << 20, state, NULL);
+	fill(&f, 0, 4u << 20, 41);
+	fail_member(&f, 1, REQ_OP_FLUSH, -EIO, 0);
+	target_start(f.t);
+	for (i = 0; i < 1000; i++) {
+		mirror_state_get(f.t, st, f.n);
+		if (st[1] != MIRROR_REBUILDING)
+			break;
+		usleep(10000);
+	}
+	CHECK_EQ(st[1], MIRROR_FAULTY);
+	CHECK_EQ(f.hooks.last_state[1], MIRROR_FAULTY);
+	fixture_teardown(&f);
+	printf("rebuild flush: ok\n");
+}
+
+/*
  * A member fails, the spare hook gives a new one, it is rebuilt while
  * writes go on, and then it alone (the other copy failing) serves reads.
  */
@@ -653,6 +680,7 @@ int main(void)
 	case_volume_fails();
 	case_fast_zero();
 	case_rebuild_resume();
+	case_rebuild_flush();
 	case_spare_takeover(2, 2);
 	case_spare_takeover(4, 2);
 	case_bitmap();
