@@ -25,6 +25,7 @@
  * from then on, as a file's would after its fsync failed (file.c).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <libnbd.h>
 #include <poll.h>
 #include <stdatomic.h>
@@ -32,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <bionbd/mdev.h>
 
@@ -121,6 +123,11 @@ struct remote_conn {
 	struct remote_io *flush_head;
 	/* Our latest unflushed write's number, and what our flushes covered. */
 	uint64_t last_w, flushed_w;
+	/*
+	 * A second descriptor of the connected socket, under remote_lock, for
+	 * other threads to look at (remote_look_around); -1 when none.
+	 */
+	int watch_fd;
 };
 
 /*
@@ -612,6 +619,17 @@ static void io_track(struct remote_conn *c, const struct remote_io *io)
 	}
 }
 
+static void rt_mark_lost(struct remote_target *rt)
+{
+	if (!atomic_exchange(&rt->lost, true))
+		target_notice(TARGET_NOTICE_ERROR,
+			      "member %s: the connection went with writes "
+			      "not yet flushed, which the remote may have "
+			      "lost; every flush fails with EIO from now on "
+			      "(restart the server once its data is checked)",
+			      rt->uri);
+}
+
 /*
  * @c's connection is gone: if it carried writes no flush covered, they
  * may be lost, and the member says so from now on (see the top).  Where
@@ -635,14 +653,41 @@ static void conn_lost_writes(struct remote_conn *c)
 	} else {
 		covered = c->flushed_w;
 	}
-	if (mine > covered && !atomic_exchange(&rt->lost, true))
-		target_notice(TARGET_NOTICE_ERROR,
-			      "member %s: the connection went with writes "
-			      "not yet flushed, which the remote may have "
-			      "lost; every flush fails with EIO from now on "
-			      "(restart the server once its data is checked)",
-			      rt->uri);
+	if (mine > covered)
+		rt_mark_lost(rt);
 	c->last_w = c->flushed_w = 0;
+}
+
+/*
+ * A flush is about to go to a remote that allows multi-conn while writes
+ * no flush covered are out: another thread's connection that the remote
+ * closed (it restarted) may have carried them, and that thread would only
+ * notice at its next request (an nbdkit thread waits for its client, not
+ * for its sockets), after this flush succeeded.  So look at every
+ * connection of the member first (a peek at each one's watch_fd).
+ */
+static void remote_look_around(struct remote_target *rt)
+{
+	if (!rt->info.multi_conn || atomic_load(&rt->lost) ||
+	    atomic_load(&rt->wseq) <= atomic_load(&rt->flushed))
+		return;
+	pthread_mutex_lock(&remote_lock);
+	for (struct remote_conn *c = rt->conns; c; c = c->next) {
+		if (c->watch_fd >= 0 && peer_closed(c->watch_fd)) {
+			rt_mark_lost(rt);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&remote_lock);
+}
+
+static void conn_watch_close(struct remote_conn *c)
+{
+	pthread_mutex_lock(&remote_lock);
+	if (c->watch_fd >= 0)
+		close(c->watch_fd);
+	c->watch_fd = -1;
+	pthread_mutex_unlock(&remote_lock);
 }
 
 /* One command of @io less; the last one ends the bio (at the next reap). */
@@ -811,6 +856,7 @@ static void conn_close(struct remote_conn *c)
 
 	if (!h)
 		return;
+	conn_watch_close(c);
 	ioq_poll_del(c->q, &c->poll);
 	c->poll.fd = -1;
 	c->h = NULL;
@@ -882,6 +928,10 @@ static void conn_ready(struct remote_conn *c)
 	c->idle_ns = engine_now_ns();
 	conn_timer_stop(c);
 	member_up(c);
+	/* Without it, only this thread sees the connection go: no worse. */
+	pthread_mutex_lock(&remote_lock);
+	c->watch_fd = fcntl(c->poll.fd, F_DUPFD_CLOEXEC, 0);
+	pthread_mutex_unlock(&remote_lock);
 	/* Plugged, so that the pieces of a large request go merged. */
 	blk_start_plug(&plug);
 	while ((bio = conn_take_waiting(c))) {
@@ -1023,6 +1073,7 @@ static void conn_destroy(struct ioq_slot *s)
 
 	/* Nothing is in flight: ioq_destroy's caller drained the queue. */
 	if (c->h) {
+		conn_watch_close(c);
 		ioq_poll_del(c->q, &c->poll);
 		pthread_mutex_lock(&remote_lock);
 		conn_flush_at_close(c);
@@ -1075,6 +1126,7 @@ static struct remote_conn *conn_get(struct remote_target *rt, struct ioq *q,
 	c->q = q;
 	c->rt = rt;
 	c->poll.fd = -1;
+	c->watch_fd = -1;
 	c->wait_tail = &c->wait_head;
 	c->state = RC_IDLE;
 	ioq_slot_add(q, &c->slot);
@@ -1405,6 +1457,8 @@ static void remote_submit(struct target *t, struct bio *bio)
 	if (op_is_write(bio_op(bio)) &&
 	    !atomic_load_explicit(&rt->written, memory_order_relaxed))
 		atomic_store_explicit(&rt->written, true, memory_order_relaxed);
+	if (bio_op(bio) == REQ_OP_FLUSH)
+		remote_look_around(rt);
 	r = remote_answer_here(rt, bio);
 	if (r != -1) {
 		ioq_defer_end(q, bio, r);

@@ -266,8 +266,6 @@ expect_grep "spare .*r-h0.sock: a spare is a local file or block device" "$SERVE
 # Its writeback cache (nbdkit's cache filter) goes with it: restarted, it
 # would answer a flush as if nothing happened.  The mirror's flush takes it
 # out instead and succeeds on the other copy, which then serves the data.
-# One thread (the plugin): the loss is seen by the thread whose connection
-# carried the writes (docs/remote.md).
 log "a mirror member that loses writes it had not flushed"
 truncate -s 40M w0.img
 wbargs=(--filter=cache file "$tmp/w0.img" cache=writeback)
@@ -278,7 +276,7 @@ RPID[w0]=$BG_PID
 for ((n = 0; n < 200; n++)); do [[ -S r-w0.sock ]] && break; sleep 0.05; done
 "$BIOCTL" create --level raid1 --size 16M --name wb "$(ruri w0)" \
     "$tmp/l1.img" >/dev/null || die "bioctl create remote + file: exit $?"
-start_server --timeout 5 --threads 1 "$(ruri w0)" "$tmp/l1.img"
+start_server --timeout 5 "$(ruri w0)" "$tmp/l1.img"
 WBPID=${RPID[w0]} SOCK=$tmp/r-w0.sock WBARGS="${wbargs[*]}" \
     NBD_URI=$NBD_URI nbdpy - <<'PY' || die "a mirror over a remote that lost writes"
 import os
