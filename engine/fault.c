@@ -818,12 +818,18 @@ static bool fault_zero_refused(struct target *t, uint64_t off, uint64_t len,
 	return target_zero_refused(to_fault(t)->below, off, len, opf);
 }
 
+static bool fault_lost(struct target *t)
+{
+	return target_lost(to_fault(t)->below);
+}
+
 static const struct target_ops fault_target_ops = {
 	.submit = fault_submit,
 	.destroy = fault_destroy,
 	.start = fault_start,
 	.iomap = fault_iomap,
 	.zero_refused = fault_zero_refused,
+	.lost = fault_lost,
 };
 
 int fault_target_create(struct target **out, struct target *below,

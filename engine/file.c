@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -21,30 +22,25 @@
 #define FILE_CACHE_MAX_BYTES (8u << 20)
 
 /*
- * The kernel reports a failed writeback once per open file, at the next
- * fdatasync (or RWF_DSYNC write), and forgets the pages: that one error
- * may be all anyone learns of writes acknowledged long before.  All our
- * clients share the member's one descriptor, so after a failed sync no
- * later flush may succeed: the member fails every flush from then on
+ * The kernel reports a failed writeback once to each open file, at its
+ * next fdatasync (or RWF_DSYNC write), and forgets the pages: that one
+ * error may be all anyone learns of writes acknowledged long before.
+ * Flushes sync a descriptor of their own (sync_fd), so no FUA write of
+ * another client takes that report from them; and once a flush failed,
+ * no later one may succeed: the member fails every flush from then on
  * (as qemu does), and a mirror takes the member out at the first.
  */
-static void file_sync_failed(struct file_target *ft, int err)
+void file_report_error(struct file_target *ft, const struct bio *bio, int err)
 {
-	if (!atomic_exchange(&ft->sync_failed, true))
+	target_report_error(&ft->t, bio, err);
+	if (bio_op(bio) == REQ_OP_FLUSH &&
+	    !atomic_exchange(&ft->sync_failed, true))
 		target_notice(TARGET_NOTICE_ERROR,
-			      "member %s: a sync failed (%s): writes before it "
+			      "member %s: a flush failed (%s): writes before it "
 			      "may not have reached storage; every flush fails "
 			      "with EIO from now on (restart the server once "
 			      "the member is checked)",
 			      ft->t.name, strerror(-err));
-}
-
-void file_report_error(struct file_target *ft, const struct bio *bio, int err)
-{
-	target_report_error(&ft->t, bio, err);
-	if (bio_op(bio) == REQ_OP_FLUSH ||
-	    ((bio->bi_opf & REQ_FUA) && err == -EIO && !ft->direct))
-		file_sync_failed(ft, err);
 }
 
 void file_inline(struct file_target *ft, struct ioq *q, struct bio *bio)
@@ -196,9 +192,6 @@ static void file_unplug(struct target *t, struct bio **bios, unsigned int nr)
 		r = write ? pwritev2(ft->fd, iov, (int)cnt, (off_t)off,
 				     fua ? RWF_DSYNC : 0) :
 			    preadv(ft->fd, iov, (int)cnt, (off_t)off);
-		/* Its error is not seen again when the bios are redone. */
-		if (r < 0 && errno == EIO && write && fua)
-			file_sync_failed(ft, -EIO);
 		for (; i < j; i++) {
 			if (r >= 0 && (size_t)r == bytes)
 				ioq_defer_end(q, bios[i], 0);
@@ -212,6 +205,8 @@ static void file_destroy(struct target *t)
 {
 	struct file_target *ft = to_file_target(t);
 
+	if (ft->sync_fd >= 0)
+		close(ft->sync_fd);
 	close(ft->fd);
 	io_stats_destroy(ft->stats);
 	free(ft->t.name);
@@ -302,11 +297,18 @@ static int file_iomap(struct target *t, uint64_t off, uint64_t len,
 	return 0;
 }
 
+static bool file_lost(struct target *t)
+{
+	return atomic_load_explicit(&to_file_target(t)->sync_failed,
+				    memory_order_relaxed);
+}
+
 const struct target_ops file_target_ops = {
 	.submit = file_submit,
 	.destroy = file_destroy,
 	.unplug = file_unplug,
 	.iomap = file_iomap,
+	.lost = file_lost,
 };
 
 int file_target_open(struct target **out, const char *path,
@@ -333,7 +335,7 @@ int file_target_open(struct target **out, const char *path,
 	flags = (opts->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC;
 	if (opts->direct)
 		flags |= O_DIRECT;
-	ft->direct = opts->direct;
+	ft->sync_fd = -1;
 	ft->fd = open(path, flags);
 	if (ft->fd < 0) {
 		r = -errno;
@@ -356,6 +358,17 @@ int file_target_open(struct target **out, const char *path,
 	} else {
 		r = -EINVAL;
 		goto err_close;
+	}
+	if (!opts->readonly) {
+		char self[64];
+
+		/* The same file for sure (not a path renamed meanwhile). */
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", ft->fd);
+		ft->sync_fd = open(self, O_RDWR | O_CLOEXEC);
+		if (ft->sync_fd < 0) {
+			r = -errno;
+			goto err_close;
+		}
 	}
 	/* Without memory for it the member is served uncounted. */
 	if (opts->stats_parent)

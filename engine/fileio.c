@@ -297,7 +297,7 @@ int file_do_sync(struct file_target *ft, struct bio *bio)
 	case REQ_OP_WRITE:
 		return sync_rw(ft, bio);
 	case REQ_OP_FLUSH:
-		return fdatasync(ft->fd) ? -errno : 0;
+		return fdatasync(file_flush_fd(ft)) ? -errno : 0;
 	case REQ_OP_DISCARD:
 	case REQ_OP_WRITE_ZEROES:
 		r = sync_zero(ft, bio);

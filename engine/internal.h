@@ -44,8 +44,13 @@ struct file_target {
 	/* Memory-backed files: no hole anywhere (file_dense in file.c). */
 	atomic_bool dense;
 	atomic_uint dense_looks;
-	bool direct; /* O_DIRECT: a write's error is its own, never writeback's */
-	/* A sync failed: every flush fails from then on (file_report_error). */
+	/*
+	 * A second open of the member, for flushes only: the kernel reports a
+	 * failed writeback once to each open file, so a FUA write's sync on
+	 * @fd cannot take the report a later flush needs.  -1: flush on @fd.
+	 */
+	int sync_fd;
+	/* A flush failed: every flush fails from then on (file_report_error). */
 	atomic_bool sync_failed;
 };
 
@@ -54,6 +59,12 @@ extern const struct target_ops file_target_ops;
 static inline struct file_target *to_file_target(struct target *t)
 {
 	return container_of(t, struct file_target, t);
+}
+
+/* The descriptor a flush of @ft syncs (see file_target.sync_fd). */
+static inline int file_flush_fd(const struct file_target *ft)
+{
+	return ft->sync_fd >= 0 ? ft->sync_fd : ft->fd;
 }
 
 /*
@@ -269,7 +280,7 @@ void file_inline(struct file_target *ft, struct ioq *q, struct bio *bio);
 
 /*
  * @bio failed on @ft with @err: report it (target_report_error) and, if a
- * sync failed with it, fail the member's later flushes (see file.c).
+ * flush failed, fail the member's later flushes (see file.c).
  */
 void file_report_error(struct file_target *ft, const struct bio *bio,
 		       int err);

@@ -506,11 +506,21 @@ static void read_next(struct mirror_io *io)
 
 	for (unsigned int i = 0; i < g->copies; i++) {
 		mirror_map(g, off, (io->start + i) % g->copies, &m, &moff);
-		if (!(io->tried >> m & 1) && mirror_live(mt, m)) {
-			best = m;
-			best_off = moff;
-			break;
+		if ((io->tried >> m & 1) || !mirror_live(mt, m))
+			continue;
+		/*
+		 * A copy that knows it lost writes (target_lost) may hold
+		 * stale data here: out with it before it is read.
+		 */
+		if (unlikely(target_lost(mt->members[m]))) {
+			io->tried |= 1ull << m;
+			(void)mirror_fail(mt, m, mt->members[m], REQ_OP_FLUSH,
+					  0, -EIO);
+			continue;
 		}
+		best = m;
+		best_off = moff;
+		break;
 	}
 	if (best == ~0u) {
 		int err = io->err ? io->err : -EIO;

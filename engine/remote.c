@@ -18,11 +18,17 @@
  * changes are logged once for all threads, not per bio.
  *
  * Nor is a lost write ever hidden.  A write the remote acknowledged may
- * live in its cache until a flush; if the connection that carried it goes
- * first (the remote crashed or restarted), it may be gone, and a flush on
- * the next connection would succeed all the same.  So a connection lost
- * with such writes marks the member (->lost): every flush fails with EIO
- * from then on, as a file's would after its fsync failed (file.c).
+ * live in its cache until a flush; if the remote closes the connection
+ * that carried it first (it crashed or restarted), it may be gone, and a
+ * flush on the next connection would succeed all the same.  So a
+ * connection the remote closed with such writes marks the member
+ * (->lost): the request that found it fails, every flush fails with EIO
+ * from then on, as a file's would after its fsync failed (file.c), and a
+ * mirror takes the member out before it reads from it again
+ * (target_lost).  Reads and writes go on otherwise: the service resumes,
+ * the flushes say what may be missing.  A connection this side closes (a
+ * request past the timeout) is not a loss: the remote is there and keeps
+ * what it acknowledged.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -121,8 +127,11 @@ struct remote_conn {
 	 * callbacks).
 	 */
 	struct remote_io *flush_head;
-	/* Our latest unflushed write's number, and what our flushes covered. */
-	uint64_t last_w, flushed_w;
+	/*
+	 * Our latest unflushed write's number, and what our flushes covered;
+	 * written by this thread only, read by others (remote_look_around).
+	 */
+	atomic_uint_fast64_t last_w, flushed_w;
 	/*
 	 * A second descriptor of the connected socket, under remote_lock, for
 	 * other threads to look at (remote_look_around); -1 when none.
@@ -597,8 +606,8 @@ static void io_track(struct remote_conn *c, const struct remote_io *io)
 	switch (bio_op(bio)) {
 	case REQ_OP_FLUSH:
 		if (!rt->info.multi_conn) {
-			if (io->wseq_at > c->flushed_w)
-				c->flushed_w = io->wseq_at;
+			if (io->wseq_at > atomic_load(&c->flushed_w))
+				atomic_store(&c->flushed_w, io->wseq_at);
 			break;
 		}
 		f = atomic_load(&rt->flushed);
@@ -612,73 +621,74 @@ static void io_track(struct remote_conn *c, const struct remote_io *io)
 	case REQ_OP_DISCARD:
 		/* FUA, native or a flush after it (then_flush): durable. */
 		if (!(bio->bi_opf & REQ_FUA))
-			c->last_w = atomic_fetch_add(&rt->wseq, 1) + 1;
+			atomic_store(&c->last_w,
+				     atomic_fetch_add(&rt->wseq, 1) + 1);
 		break;
 	default:
 		break;
 	}
 }
 
-static void rt_mark_lost(struct remote_target *rt)
+/* Mark @rt lost (see the top); true if it was not before. */
+static bool rt_mark_lost(struct remote_target *rt)
 {
-	if (!atomic_exchange(&rt->lost, true))
-		target_notice(TARGET_NOTICE_ERROR,
-			      "member %s: the connection went with writes "
-			      "not yet flushed, which the remote may have "
-			      "lost; every flush fails with EIO from now on "
-			      "(restart the server once its data is checked)",
-			      rt->uri);
+	if (atomic_exchange(&rt->lost, true))
+		return false;
+	target_notice(TARGET_NOTICE_ERROR,
+		      "member %s: the remote closed a connection that carried "
+		      "writes not yet flushed, which it may have lost; every "
+		      "flush to it fails with EIO from now on (restart the "
+		      "server once its data is checked)",
+		      rt->uri);
+	return true;
+}
+
+/* Did @c carry writes no flush has covered yet? */
+static bool conn_unflushed(const struct remote_conn *c)
+{
+	uint64_t mine = atomic_load(&c->last_w);
+
+	return mine && mine > (c->rt->info.multi_conn ?
+				       atomic_load(&c->rt->flushed) :
+				       atomic_load(&c->flushed_w));
 }
 
 /*
- * @c's connection is gone: if it carried writes no flush covered, they
- * may be lost, and the member says so from now on (see the top).  Where
- * the remote allows multi-conn, any connection's writes count: a client
- * may flush them over another connection, whose death this thread would
- * not see before that flush succeeds; one connection gone may be the
- * remote restarting under all of them.
+ * The remote closed @c's connection (or would not take a new one): if it
+ * carried writes no flush covered, they may be lost (see the top).  True
+ * when that is news (the member was not marked before).
  */
-static void conn_lost_writes(struct remote_conn *c)
+static bool conn_lost_writes(struct remote_conn *c)
 {
-	struct remote_target *rt = c->rt;
-	uint64_t mine = c->last_w, covered;
+	bool lost = c->rt && conn_unflushed(c) && rt_mark_lost(c->rt);
 
-	if (!rt)
-		return;
-	if (rt->info.multi_conn) {
-		uint64_t all = atomic_load(&rt->wseq);
-
-		mine = all > mine ? all : mine;
-		covered = atomic_load(&rt->flushed);
-	} else {
-		covered = c->flushed_w;
-	}
-	if (mine > covered)
-		rt_mark_lost(rt);
-	c->last_w = c->flushed_w = 0;
+	atomic_store(&c->last_w, 0);
+	atomic_store(&c->flushed_w, 0);
+	return lost;
 }
 
 /*
- * A flush is about to go to a remote that allows multi-conn while writes
- * no flush covered are out: another thread's connection that the remote
- * closed (it restarted) may have carried them, and that thread would only
- * notice at its next request (an nbdkit thread waits for its client, not
- * for its sockets), after this flush succeeded.  So look at every
- * connection of the member first (a peek at each one's watch_fd).
+ * Another thread's connection that the remote closed (it restarted) may
+ * carry writes a flush would be taken to cover, or that a read would miss,
+ * and that thread notices only at its next request (an nbdkit thread waits
+ * for its client, not for its sockets).  So before a flush, and when this
+ * thread finds its own connection closed, look at every connection of
+ * the member (a peek at each one's watch_fd), once something was written.
+ * True when that marked the member lost.
  */
-static void remote_look_around(struct remote_target *rt)
+static bool remote_look_around(struct remote_target *rt)
 {
-	if (!rt->info.multi_conn || atomic_load(&rt->lost) ||
-	    atomic_load(&rt->wseq) <= atomic_load(&rt->flushed))
-		return;
+	bool found = false;
+
+	if (atomic_load(&rt->lost) || !atomic_load(&rt->wseq))
+		return false;
 	pthread_mutex_lock(&remote_lock);
-	for (struct remote_conn *c = rt->conns; c; c = c->next) {
-		if (c->watch_fd >= 0 && peer_closed(c->watch_fd)) {
-			rt_mark_lost(rt);
-			break;
-		}
-	}
+	for (struct remote_conn *c = rt->conns; c && !found; c = c->next)
+		if (c->watch_fd >= 0 && conn_unflushed(c) &&
+		    peer_closed(c->watch_fd))
+			found = rt_mark_lost(rt);
 	pthread_mutex_unlock(&remote_lock);
+	return found;
 }
 
 static void conn_watch_close(struct remote_conn *c)
@@ -869,10 +879,12 @@ static void conn_close(struct remote_conn *c)
 
 /*
  * Drop the connection: everything in flight and waiting fails with EIO.
+ * @by_remote: the remote closed it, or would not take a new one (writes
+ * no flush covered may be lost), rather than this side giving up on it.
  * A connection that was up is made again by the next bio; one that could
  * not be made is tried again after the backoff, which doubles.
  */
-static void conn_drop(struct remote_conn *c, const char *why)
+static void conn_drop(struct remote_conn *c, const char *why, bool by_remote)
 {
 	bool was_up = c->state == RC_READY;
 	struct remote_io *io;
@@ -881,7 +893,8 @@ static void conn_drop(struct remote_conn *c, const char *why)
 	conn_timer_stop(c);
 	c->state = RC_BACKOFF;
 	conn_close(c);
-	conn_lost_writes(c);
+	if (by_remote && c->rt && !conn_lost_writes(c))
+		(void)remote_look_around(c->rt);
 	/* What the close did not end, ends here. */
 	c->flush_head = NULL;
 	while ((io = c->head)) {
@@ -920,7 +933,7 @@ static void conn_ready(struct remote_conn *c)
 			 "its size is now %llu bytes, was %llu",
 			 (unsigned long long)now.size_bytes,
 			 (unsigned long long)c->rt->info.size_bytes);
-		conn_drop(c, why);
+		conn_drop(c, why, true);
 		return;
 	}
 	c->state = RC_READY;
@@ -956,7 +969,7 @@ static void conn_check(struct remote_conn *c)
 						     "connection lost");
 		if (!why[0])
 			snprintf(why, sizeof(why), "connection lost");
-		conn_drop(c, why);
+		conn_drop(c, why, true);
 		return;
 	}
 	if (c->state == RC_CONNECTING && nbd_aio_is_ready(c->h))
@@ -1008,7 +1021,7 @@ static void conn_timer_fn(struct ioq_timer *tm)
 	if (c->state == RC_CONNECTING) {
 		snprintf(why, sizeof(why), "no answer within %u ms",
 			 c->rt ? c->rt->timeout_ms : 0);
-		conn_drop(c, why);
+		conn_drop(c, why, false);
 		return;
 	}
 	if (!c->head || !c->rt)
@@ -1018,7 +1031,7 @@ static void conn_timer_fn(struct ioq_timer *tm)
 		snprintf(why, sizeof(why),
 			 "a request got no reply within %u ms",
 			 c->rt->timeout_ms);
-		conn_drop(c, why);
+		conn_drop(c, why, false);
 		return;
 	}
 	conn_timer_at(c, c->head->t0 + limit);
@@ -1032,7 +1045,7 @@ static void conn_connect(struct remote_conn *c)
 	c->h = remote_handle(why, sizeof(why), rt->uri,
 			     c->status || !rt->status_conns);
 	if (!c->h) {
-		conn_drop(c, why);
+		conn_drop(c, why, false);
 		return;
 	}
 	c->state = RC_CONNECTING;
@@ -1048,23 +1061,30 @@ static void conn_connect(struct remote_conn *c)
  * disconnect does not ask the remote to make them durable, and the flush
  * at the volume's close goes over another connection, which covers them
  * only where the remote allows multi-conn.  So flush them here (within
- * the timeout), or mark them lost.  Under remote_lock: @c->rt stays.
+ * the timeout), or mark them lost.  The wait is outside remote_lock (other
+ * threads' flushes look around under it); @c->rt is looked at under it.
  */
 static void conn_flush_at_close(struct remote_conn *c)
 {
-	struct remote_target *rt = c->rt;
+	unsigned int timeout_ms = 0;
 	int64_t cookie;
+	int r = -EIO;
 
-	if (!rt || !c->last_w || c->state != RC_READY ||
-	    c->last_w <= (rt->info.multi_conn ? atomic_load(&rt->flushed) :
-						c->flushed_w))
+	pthread_mutex_lock(&remote_lock);
+	if (c->rt && c->state == RC_READY && conn_unflushed(c))
+		timeout_ms = c->rt->timeout_ms;
+	pthread_mutex_unlock(&remote_lock);
+	if (!timeout_ms)
 		return;
 	cookie = nbd_aio_flush(c->h, NBD_NULL_COMPLETION, 0);
-	if (cookie != -1 &&
-	    !handle_wait(c->h, cookie,
-			 engine_now_ns() + (uint64_t)rt->timeout_ms * 1000000u))
+	if (cookie != -1)
+		r = handle_wait(c->h, cookie,
+				engine_now_ns() + (uint64_t)timeout_ms * 1000000u);
+	if (!r)
 		return;
-	conn_lost_writes(c);
+	pthread_mutex_lock(&remote_lock);
+	(void)conn_lost_writes(c);
+	pthread_mutex_unlock(&remote_lock);
 }
 
 static void conn_destroy(struct ioq_slot *s)
@@ -1075,9 +1095,7 @@ static void conn_destroy(struct ioq_slot *s)
 	if (c->h) {
 		conn_watch_close(c);
 		ioq_poll_del(c->q, &c->poll);
-		pthread_mutex_lock(&remote_lock);
 		conn_flush_at_close(c);
-		pthread_mutex_unlock(&remote_lock);
 		(void)nbd_aio_disconnect(c->h, 0); /* never blocks */
 		nbd_close(c->h);
 	}
@@ -1273,9 +1291,10 @@ static void conn_issue_run(struct remote_conn *c, struct bio **bios,
 	const struct remote_info *in = &c->rt->info;
 	struct bio *bio = bios[0];
 	bool fua = bio->bi_opf & REQ_FUA;
-	struct remote_io *io = io_get(c);
+	struct remote_io *io;
 	uint32_t flags;
 
+	io = io_get(c);
 	if (io && nr > 1) {
 		for (unsigned int i = 0; i < nr; i++) {
 			io->bios[i] = bios[i];
@@ -1321,7 +1340,7 @@ static void conn_issue_run(struct remote_conn *c, struct bio **bios,
 			issue_rw(c, io, true, flags);
 		break;
 	case REQ_OP_FLUSH:
-		/* Lost since remote_submit looked (found by remote_queue). */
+		/* Lost since remote_submit looked (by another thread). */
 		if (atomic_load(&c->rt->lost)) {
 			io->err = -EIO;
 			io->quiet = true;
@@ -1371,7 +1390,7 @@ static void conn_issue_run(struct remote_conn *c, struct bio **bios,
 					 (uint64_t)c->rt->timeout_ms * 1000000u);
 	io_put(io);
 	if (unlikely(nbd_aio_is_dead(c->h) || nbd_aio_is_closed(c->h))) {
-		conn_drop(c, "connection lost");
+		conn_drop(c, "connection lost", true);
 		return;
 	}
 	conn_run_flushes(c);
@@ -1402,7 +1421,7 @@ static int remote_answer_here(const struct remote_target *rt,
 		return in->cache ? -1 : 0;
 	case REQ_OP_FLUSH:
 		if (atomic_load_explicit(&rt->lost, memory_order_relaxed))
-			return -EIO;
+			return -EIO; /* said once, by rt_mark_lost */
 		if (!in->flush ||
 		    !atomic_load_explicit(&rt->written, memory_order_relaxed))
 			return 0;
@@ -1454,11 +1473,11 @@ static void remote_submit(struct target *t, struct bio *bio)
 		ioq_defer_end(q, bio, -EPERM);
 		return;
 	}
+	if (bio_op(bio) == REQ_OP_FLUSH)
+		(void)remote_look_around(rt);
 	if (op_is_write(bio_op(bio)) &&
 	    !atomic_load_explicit(&rt->written, memory_order_relaxed))
 		atomic_store_explicit(&rt->written, true, memory_order_relaxed);
-	if (bio_op(bio) == REQ_OP_FLUSH)
-		remote_look_around(rt);
 	r = remote_answer_here(rt, bio);
 	if (r != -1) {
 		ioq_defer_end(q, bio, r);
@@ -1486,8 +1505,12 @@ static void remote_queue(struct remote_target *rt, struct ioq *q,
 			return;
 		}
 		conn_close(c); /* a new one, quietly: see conn_idle_dead */
-		conn_lost_writes(c);
 		c->state = RC_IDLE;
+		/* It found the loss: it must not succeed over it. */
+		if (conn_lost_writes(c)) {
+			ioq_defer_end(q, bio, -EIO);
+			return;
+		}
 	}
 	if (c->state == RC_BACKOFF) {
 		if (engine_now_ns() < c->deadline_ns) {
@@ -1495,6 +1518,14 @@ static void remote_queue(struct remote_target *rt, struct ioq *q,
 			return;
 		}
 		c->state = RC_IDLE;
+	}
+	/*
+	 * A new connection, after ours was closed or as this thread's first:
+	 * the remote may have restarted under the other threads' too.
+	 */
+	if (c->state == RC_IDLE && remote_look_around(rt)) {
+		ioq_defer_end(q, bio, -EIO);
+		return;
 	}
 	/* Wait for the connection (counted in flight: ioq_wait waits). */
 	bio->bi_next = NULL;
@@ -1552,10 +1583,16 @@ static void remote_destroy(struct target *t)
 	free(rt);
 }
 
+static bool remote_lost(struct target *t)
+{
+	return atomic_load_explicit(&to_rt(t)->lost, memory_order_relaxed);
+}
+
 static const struct target_ops remote_target_ops = {
 	.submit = remote_submit,
 	.destroy = remote_destroy,
 	.unplug = remote_unplug,
+	.lost = remote_lost,
 };
 
 struct io_stats *remote_target_stats(struct target *t)

@@ -151,6 +151,11 @@ int target_iomap_short(struct target *t, struct target *src, uint64_t off)
 	return t->ops->iomap_short(t, src, off);
 }
 
+bool target_lost(struct target *t)
+{
+	return t->ops->lost && t->ops->lost(t);
+}
+
 bool target_zero_refused(struct target *t, uint64_t off, uint64_t len,
 			 unsigned int opf)
 {

@@ -112,7 +112,8 @@ static void rq_prep(struct io_uring_sqe *sqe, struct uring_rq *rq)
 		}
 		break;
 	case REQ_OP_FLUSH:
-		io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+		io_uring_prep_fsync(sqe, file_flush_fd(rq->ft),
+				    IORING_FSYNC_DATASYNC);
 		break;
 	default: /* discard, write-zeroes */
 		if (rq->syncing) {

@@ -636,7 +636,19 @@ static ssize_t conn_sendfile_failed(struct conn *c, struct nbd_req *r,
 /* sendfile failed because of the socket, not of the member's data? */
 static bool sendfile_sock_errno(int e)
 {
-	return e == EAGAIN || e == EPIPE || e == ECONNRESET || e == ENOTCONN;
+	switch (e) {
+	case EAGAIN:
+	case EPIPE:
+	case ECONNRESET:
+	case ECONNABORTED:
+	case ENOTCONN:
+	case ETIMEDOUT:
+	case EHOSTUNREACH:
+	case ENETUNREACH:
+		return true;
+	default:
+		return false;
+	}
 }
 
 /*

@@ -481,11 +481,12 @@ stop_remote c1
 # --- a remote that loses writes it had not flushed ------------------------------
 # nbdkit's cache filter in writeback mode holds acknowledged writes until a
 # flush; killed, it loses them.  Restarted, it answers a flush on a new
-# connection as if nothing happened: the volume's flush must fail (EIO,
-# and every one after it) and say why once.  Writes flushed before the
-# kill read back.  The same with every write flushed before the kill: no
-# false alarm, flushes succeed.  (With the plugin the flush may go over
-# another nbdkit thread than the writes: it looks at their connection.)
+# connection as if nothing happened: the volume's flushes must fail (EIO,
+# every one after) and the log say why once; reads and writes resume.
+# With every write flushed before the kill: no false alarm, and a write
+# and a flush after the restart succeed.
+# (With the plugin the flush may go over another nbdkit thread than the
+# writes: it looks at their connections.)
 log "a remote that loses writes it had not flushed"
 for case in lost flushed; do
     rm -f "$tmp/wb.img"
@@ -494,35 +495,69 @@ for case in lost flushed; do
     start_remote wb "${wbargs[@]}"
     start_server "$(ruri wb)"
     CASE=$case WBPID=${RPID[wb]} SOCK=$tmp/r-wb.sock WBARGS="${wbargs[*]}" \
-        NBD_URI=$NBD_URI nbdpy - <<'PY' || die "$case: flush after the remote lost writes"
+        NBD_URI=$NBD_URI nbdpy - <<'PY' || die "$case: requests after the remote lost writes"
 import os
 import nbd
 from nbd_e2e import connect, restart_nbdkit
+lost = os.environ["CASE"] == "lost"
 h = connect()
 h.pwrite(b"A" * 65536, 0)
 h.flush()
 h.pwrite(b"B" * 65536, 1 << 20)
-if os.environ["CASE"] == "flushed":
+if not lost:
     h.flush()
 # The new remote goes when this script does.
 restart_nbdkit(int(os.environ["WBPID"]), os.environ["SOCK"],
                os.environ["WBARGS"].split())
-for i in range(2):
+if not lost:
+    h.pwrite(b"C" * 65536, 2 << 20)
+for what in ("flush", "second flush"):
     try:
         h.flush()
-        assert os.environ["CASE"] == "flushed", f"flush {i} succeeded"
+        assert not lost, f"{what} succeeded"
     except nbd.Error as e:
-        assert os.environ["CASE"] == "lost", f"flush {i}: {e}"
+        assert lost, f"{what}: {e}"
         assert e.errno == "EIO", e
 assert h.pread(65536, 0) == b"A" * 65536, "flushed data lost"
+if not lost:
+    assert h.pread(65536, 1 << 20) == b"B" * 65536, "flushed data lost"
+h.pwrite(b"D" * 65536, 3 << 20)  # the service goes on
+assert h.pread(65536, 3 << 20) == b"D" * 65536
 h.shutdown()
 PY
     if [[ $case == lost ]]; then
-        expect_grep "r-wb.sock: the connection went with writes not yet flushed" "$SERVER_LOG"
+        expect_grep "r-wb.sock: the remote closed a connection that carried writes not yet flushed" "$SERVER_LOG"
     elif grep -q "not yet flushed" "$SERVER_LOG"; then
         die "flushed: a false alarm: $(grep "not yet flushed" "$SERVER_LOG")"
     fi
     stop_server
     stop_remote wb
 done
+
+# A request past the timeout closes its connection from this side: the
+# remote is still there with what it acknowledged, so that is no loss.  A
+# slow write-zeroes (the data connection) and a slow block status (a
+# connection of its own) each get EIO; the unflushed write before them
+# still reads back, and flushes succeed.
+log "a slow remote: timeouts are not lost writes"
+start_remote slow --filter=delay memory 32M delay-zero=2 delay-extents=2
+start_server --timeout 1 "$(ruri slow)"
+NBD_URI=$NBD_URI nbdpy - <<'PY' || die "a slow remote: flush after a timeout"
+import errno
+from nbd_e2e import connect, expect_error
+h = connect()
+h.pwrite(b"A" * 65536, 0)
+h.flush()
+h.pwrite(b"B" * 65536, 1 << 20)
+expect_error(errno.EIO, "a slow zero", h.zero, 65536, 4 << 20)
+expect_error(errno.EIO, "a slow block status", h.block_status, 65536, 0,
+             lambda *a: 0)
+h.flush()
+assert h.pread(65536, 1 << 20) == b"B" * 65536
+h.shutdown()
+PY
+! grep -q "not yet flushed" "$SERVER_LOG" ||
+    die "a slow remote: a false alarm: $(grep "not yet flushed" "$SERVER_LOG")"
+stop_server
+stop_remote slow
 log "ok"

@@ -66,6 +66,8 @@ struct target_ops {
 	/* Optional.  See target_zero_refused(). */
 	bool (*zero_refused)(struct target *t, uint64_t off, uint64_t len,
 			     unsigned int opf);
+	/* Optional.  See target_lost(). */
+	bool (*lost)(struct target *t);
 };
 
 struct target {
@@ -186,6 +188,15 @@ int target_iomap_short(struct target *t, struct target *src, uint64_t off);
  */
 bool target_zero_refused(struct target *t, uint64_t off, uint64_t len,
 			 unsigned int opf);
+
+/**
+ * target_lost - @t knows it may have lost writes it acknowledged, with no
+ * failed request to show for it (a file whose flush failed, a remote
+ * that closed a connection holding unflushed writes): its flushes fail
+ * from then on.  A mirror takes such a member out before it reads from it
+ * again.  False for targets that cannot tell.
+ */
+bool target_lost(struct target *t);
 
 /** target_destroy - free a target and everything below it. */
 void target_destroy(struct target *t);
