@@ -311,6 +311,32 @@ const struct target_ops file_target_ops = {
 	.lost = file_lost,
 };
 
+/*
+ * A second open file of what @fd (opened from @path, @st) is, for flushes:
+ * through /proc/self/fd (the same file for sure, even renamed or deleted
+ * since), else @path again if it is still that file; -1 when neither
+ * works, and flushes then sync @fd (a FUA write may take a writeback
+ * error from them, as before sync_fd).
+ */
+static int reopen(int fd, const char *path, const struct stat *st)
+{
+	struct stat again;
+	char self[64];
+	int r;
+
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	r = open(self, O_RDWR | O_CLOEXEC);
+	if (r >= 0)
+		return r;
+	r = open(path, O_RDWR | O_CLOEXEC);
+	if (r >= 0 && (fstat(r, &again) || again.st_dev != st->st_dev ||
+		       again.st_ino != st->st_ino || again.st_rdev != st->st_rdev)) {
+		close(r);
+		r = -1;
+	}
+	return r;
+}
+
 int file_target_open(struct target **out, const char *path,
 		     const struct file_target_opts *opts)
 {
@@ -359,17 +385,8 @@ int file_target_open(struct target **out, const char *path,
 		r = -EINVAL;
 		goto err_close;
 	}
-	if (!opts->readonly) {
-		char self[64];
-
-		/* The same file for sure (not a path renamed meanwhile). */
-		snprintf(self, sizeof(self), "/proc/self/fd/%d", ft->fd);
-		ft->sync_fd = open(self, O_RDWR | O_CLOEXEC);
-		if (ft->sync_fd < 0) {
-			r = -errno;
-			goto err_close;
-		}
-	}
+	if (!opts->readonly)
+		ft->sync_fd = reopen(ft->fd, path, &st);
 	/* Without memory for it the member is served uncounted. */
 	if (opts->stats_parent)
 		ft->stats = io_stats_create(path, opts->stats_parent);
