@@ -33,7 +33,9 @@
 void file_report_error(struct file_target *ft, const struct bio *bio, int err)
 {
 	target_report_error(&ft->t, bio, err);
-	if (bio_op(bio) == REQ_OP_FLUSH &&
+	/* Without a descriptor of their own, a FUA write took the report. */
+	if ((bio_op(bio) == REQ_OP_FLUSH ||
+	     (ft->sync_fd < 0 && (bio->bi_opf & REQ_FUA) && err == -EIO)) &&
 	    !atomic_exchange(&ft->sync_failed, true))
 		target_notice(TARGET_NOTICE_ERROR,
 			      "member %s: a flush failed (%s): writes before it "

@@ -453,6 +453,17 @@ fail:
 
 /* ---- reads ---- */
 
+/* Would every chunk keep a live copy without member @m? */
+static bool mirror_can_lose(struct mirror_target *mt, unsigned int m)
+{
+	uint8_t state[MIRROR_MAX_MEMBERS];
+
+	for (unsigned int i = 0; i < mt->g.nr_members; i++)
+		state[i] = atomic_load(&mt->state[i]);
+	state[m] = MIRROR_FAULTY;
+	return mirror_covered(&mt->g, state);
+}
+
 static void read_next(struct mirror_io *io);
 
 static void read_endio(struct bio *clone)
@@ -464,6 +475,18 @@ static void read_endio(struct bio *clone)
 	uint64_t moff = bio_offset_bytes(clone);
 
 	bio_put(clone);
+	/*
+	 * The copy found out it lost writes while it served this (a remote
+	 * restarted under it): what it read may be stale, so read it from a
+	 * copy that did not, if one is left.  (Extents would be appended
+	 * twice: they are an answer about the copy, as with errors below.)
+	 */
+	if (!err && bio_op(io->bio) == REQ_OP_READ &&
+	    unlikely(target_lost(io->cur)) && mirror_can_lose(mt, m)) {
+		(void)mirror_fail(mt, m, io->cur, REQ_OP_FLUSH, 0, -EIO);
+		read_next(io);
+		return;
+	}
 	if (!err) {
 		struct bio *bio = io->bio;
 
@@ -488,6 +511,7 @@ static void read_endio(struct bio *clone)
 	read_next(io);
 }
 
+
 /*
  * Send the read to the next live copy not tried yet, from the copy the
  * request was given (mirror_submit) on.  Taking the live copies in turn
@@ -510,9 +534,11 @@ static void read_next(struct mirror_io *io)
 			continue;
 		/*
 		 * A copy that knows it lost writes (target_lost) may hold
-		 * stale data here: out with it before it is read.
+		 * stale data here: out with it before it is read, unless it
+		 * holds the last copy of something (then it is all there is).
 		 */
-		if (unlikely(target_lost(mt->members[m]))) {
+		if (unlikely(target_lost(mt->members[m])) &&
+		    mirror_can_lose(mt, m)) {
 			io->tried |= 1ull << m;
 			(void)mirror_fail(mt, m, mt->members[m], REQ_OP_FLUSH,
 					  0, -EIO);

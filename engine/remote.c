@@ -22,13 +22,14 @@
  * that carried it first (it crashed or restarted), it may be gone, and a
  * flush on the next connection would succeed all the same.  So a
  * connection the remote closed with such writes marks the member
- * (->lost): the request that found it fails, every flush fails with EIO
- * from then on, as a file's would after its fsync failed (file.c), and a
- * mirror takes the member out before it reads from it again
- * (target_lost).  Reads and writes go on otherwise: the service resumes,
- * the flushes say what may be missing.  A connection this side closes (a
- * request past the timeout) is not a loss: the remote is there and keeps
- * what it acknowledged.
+ * (->lost): every flush fails with EIO from then on, as a file's would
+ * after its fsync failed (file.c), and a mirror takes the member out
+ * before it reads from it again, or re-reads what it read from it while
+ * finding out (target_lost).  Reads and writes go on otherwise: the
+ * service resumes, the flushes say what may be missing.  A connection this side closes (a
+ * request past the timeout) is no loss by itself: the remote is there and
+ * keeps what it acknowledged, unless it then goes away before a flush
+ * covered that, which its socket, kept open meanwhile, shows (orphan_fd).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -137,6 +138,15 @@ struct remote_conn {
 	 * other threads to look at (remote_look_around); -1 when none.
 	 */
 	int watch_fd;
+	/*
+	 * The socket of a connection this side gave up on (a request past
+	 * the timeout) while it carried writes no flush covered, kept open
+	 * with their last number until a flush covers them: if the remote
+	 * closes it meanwhile, it went away (hung, then restarted) and may
+	 * have taken them along.  Under remote_lock; -1 when none.
+	 */
+	int orphan_fd;
+	uint64_t orphan_w;
 };
 
 /*
@@ -385,6 +395,19 @@ static bool peer_closed(int fd)
 
 	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
 			  errno != EINTR);
+}
+
+/*
+ * The remote shut down its side of the socket @fd (FIN, reset), whatever
+ * bytes wait before that (a reply, a TLS close_notify): for sockets this
+ * thread does not read (remote_look_around).
+ */
+static bool sock_gone(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+	return poll(&p, 1, 0) == 1 &&
+	       (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 /* Connected, nothing in flight, and not closed by the remote meanwhile. */
@@ -683,12 +706,46 @@ static bool remote_look_around(struct remote_target *rt)
 	if (atomic_load(&rt->lost) || !atomic_load(&rt->wseq))
 		return false;
 	pthread_mutex_lock(&remote_lock);
-	for (struct remote_conn *c = rt->conns; c && !found; c = c->next)
+	for (struct remote_conn *c = rt->conns; c && !found; c = c->next) {
 		if (c->watch_fd >= 0 && conn_unflushed(c) &&
-		    peer_closed(c->watch_fd))
+		    sock_gone(c->watch_fd))
 			found = rt_mark_lost(rt);
+		if (c->orphan_fd < 0)
+			continue;
+		if (c->orphan_w > (rt->info.multi_conn ?
+					   atomic_load(&rt->flushed) :
+					   atomic_load(&c->flushed_w))) {
+			if (!sock_gone(c->orphan_fd))
+				continue; /* the remote still holds them */
+			found = rt_mark_lost(rt) || found;
+		}
+		close(c->orphan_fd); /* covered, or gone */
+		c->orphan_fd = -1;
+		c->orphan_w = 0;
+	}
 	pthread_mutex_unlock(&remote_lock);
 	return found;
+}
+
+/*
+ * @c is given up on by this side (see remote_conn.orphan_fd): keep its
+ * socket while its writes are not covered.  Before conn_close.
+ */
+static void conn_orphan(struct remote_conn *c)
+{
+	pthread_mutex_lock(&remote_lock);
+	if (c->rt && c->watch_fd >= 0 && conn_unflushed(c)) {
+		uint64_t w = atomic_load(&c->last_w);
+
+		/* One kept at a time: the newest, with every number. */
+		if (c->orphan_fd >= 0)
+			close(c->orphan_fd);
+		c->orphan_fd = c->watch_fd;
+		c->orphan_w = w > c->orphan_w ? w : c->orphan_w;
+		c->watch_fd = -1;
+		atomic_store(&c->last_w, 0);
+	}
+	pthread_mutex_unlock(&remote_lock);
 }
 
 static void conn_watch_close(struct remote_conn *c)
@@ -892,9 +949,12 @@ static void conn_drop(struct remote_conn *c, const char *why, bool by_remote)
 	member_down(c, why);
 	conn_timer_stop(c);
 	c->state = RC_BACKOFF;
-	conn_close(c);
-	if (by_remote && c->rt && !conn_lost_writes(c))
+	/* Before the close: its watch_fd is what other threads look at. */
+	if (!by_remote)
+		conn_orphan(c);
+	else if (c->rt && !conn_lost_writes(c))
 		(void)remote_look_around(c->rt);
+	conn_close(c);
 	/* What the close did not end, ends here. */
 	c->flush_head = NULL;
 	while ((io = c->head)) {
@@ -1071,8 +1131,12 @@ static void conn_flush_at_close(struct remote_conn *c)
 	int r = -EIO;
 
 	pthread_mutex_lock(&remote_lock);
-	if (c->rt && c->state == RC_READY && conn_unflushed(c))
-		timeout_ms = c->rt->timeout_ms;
+	if (c->rt && c->state == RC_READY && conn_unflushed(c)) {
+		if (c->watch_fd >= 0 && sock_gone(c->watch_fd))
+			(void)conn_lost_writes(c); /* closed under us */
+		else
+			timeout_ms = c->rt->timeout_ms;
+	}
 	pthread_mutex_unlock(&remote_lock);
 	if (!timeout_ms)
 		return;
@@ -1080,7 +1144,8 @@ static void conn_flush_at_close(struct remote_conn *c)
 	if (cookie != -1)
 		r = handle_wait(c->h, cookie,
 				engine_now_ns() + (uint64_t)timeout_ms * 1000000u);
-	if (!r)
+	/* Slow is not gone: this side gives up, as on a request's timeout. */
+	if (!r || r == -ETIMEDOUT)
 		return;
 	pthread_mutex_lock(&remote_lock);
 	(void)conn_lost_writes(c);
@@ -1093,14 +1158,19 @@ static void conn_destroy(struct ioq_slot *s)
 
 	/* Nothing is in flight: ioq_destroy's caller drained the queue. */
 	if (c->h) {
-		conn_watch_close(c);
 		ioq_poll_del(c->q, &c->poll);
 		conn_flush_at_close(c);
+		conn_watch_close(c);
 		(void)nbd_aio_disconnect(c->h, 0); /* never blocks */
 		nbd_close(c->h);
 	}
 	conn_timer_stop(c);
 	pthread_mutex_lock(&remote_lock);
+	if (c->orphan_fd >= 0) {
+		/* Its writes are the flush at the volume's close's to cover. */
+		close(c->orphan_fd);
+		c->orphan_fd = -1;
+	}
 	if (c->rt) {
 		for (struct remote_conn **pp = &c->rt->conns; *pp;
 		     pp = &(*pp)->next) {
@@ -1145,6 +1215,7 @@ static struct remote_conn *conn_get(struct remote_target *rt, struct ioq *q,
 	c->rt = rt;
 	c->poll.fd = -1;
 	c->watch_fd = -1;
+	c->orphan_fd = -1;
 	c->wait_tail = &c->wait_head;
 	c->state = RC_IDLE;
 	ioq_slot_add(q, &c->slot);
@@ -1504,13 +1575,9 @@ static void remote_queue(struct remote_target *rt, struct ioq *q,
 			conn_issue(c, bio);
 			return;
 		}
+		(void)conn_lost_writes(c);
 		conn_close(c); /* a new one, quietly: see conn_idle_dead */
 		c->state = RC_IDLE;
-		/* It found the loss: it must not succeed over it. */
-		if (conn_lost_writes(c)) {
-			ioq_defer_end(q, bio, -EIO);
-			return;
-		}
 	}
 	if (c->state == RC_BACKOFF) {
 		if (engine_now_ns() < c->deadline_ns) {
@@ -1523,10 +1590,8 @@ static void remote_queue(struct remote_target *rt, struct ioq *q,
 	 * A new connection, after ours was closed or as this thread's first:
 	 * the remote may have restarted under the other threads' too.
 	 */
-	if (c->state == RC_IDLE && remote_look_around(rt)) {
-		ioq_defer_end(q, bio, -EIO);
-		return;
-	}
+	if (c->state == RC_IDLE)
+		(void)remote_look_around(rt);
 	/* Wait for the connection (counted in flight: ioq_wait waits). */
 	bio->bi_next = NULL;
 	*c->wait_tail = bio;

@@ -262,8 +262,13 @@ def restart_nbdkit(pid, sock, args):
     import time
     os.kill(pid, signal.SIGKILL)
     # Gone, or a zombie its parent (the test script) has not reaped yet.
-    while os.path.exists(f"/proc/{pid}") and \
-            open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split()[2] == "Z":
+                    break
+        except FileNotFoundError:
+            break
         time.sleep(0.05)
     os.unlink(sock)
     subprocess.Popen(["nbdkit", "-f", "--exit-with-parent", "-U", sock] +

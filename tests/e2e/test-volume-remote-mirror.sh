@@ -297,4 +297,37 @@ h.shutdown()
 PY
 expect_grep "r-w0.sock \(role 0\) marked faulty after a (read|flush) error" "$SERVER_LOG"
 stop_server
+
+# A remote with such a cache as the last copy (the mirror degraded, its
+# file gone): nothing to take over, so it keeps serving; only the flushes
+# fail.
+log "a degraded mirror whose last copy lost writes"
+truncate -s 40M w1.img
+wbargs=(--filter=cache file "$tmp/w1.img" cache=writeback)
+rm -f r-w1.sock
+start_bg nbdkit -f --exit-with-parent -U "$tmp/r-w1.sock" "${wbargs[@]}" \
+    </dev/null >r-w1.log 2>&1
+RPID[w1]=$BG_PID
+for ((n = 0; n < 200; n++)); do [[ -S r-w1.sock ]] && break; sleep 0.05; done
+"$BIOCTL" create --level raid1 --size 16M --name wb1 "$(ruri w1)" \
+    "$tmp/l3.img" >/dev/null || die "bioctl create remote + file: exit $?"
+mv "$tmp/l3.img" "$tmp/l3.away"
+start_server --timeout 5 "$(ruri w1)" "$tmp/l3.img"
+WBPID=${RPID[w1]} SOCK=$tmp/r-w1.sock WBARGS="${wbargs[*]}" \
+    NBD_URI=$NBD_URI nbdpy - <<'PY' || { sed 's/^/    /' r-w1.log >&2; die "a degraded mirror over a remote that lost writes"; }
+import errno, os
+from nbd_e2e import connect, expect_error, restart_nbdkit
+h = connect()
+h.pwrite(b"D" * 65536, 0)
+h.flush()
+h.pwrite(b"E" * 65536, 1 << 20)
+restart_nbdkit(int(os.environ["WBPID"]), os.environ["SOCK"],
+               os.environ["WBARGS"].split())
+assert h.pread(65536, 0) == b"D" * 65536, "flushed data lost"
+h.pwrite(b"F" * 65536, 2 << 20)
+assert h.pread(65536, 2 << 20) == b"F" * 65536
+expect_error(errno.EIO, "flush", h.flush)
+h.shutdown()
+PY
+stop_server
 log "ok"

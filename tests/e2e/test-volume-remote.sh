@@ -560,4 +560,35 @@ PY
     die "a slow remote: a false alarm: $(grep "not yet flushed" "$SERVER_LOG")"
 stop_server
 stop_remote slow
+
+# But a remote that hangs (a request past the timeout, its connection
+# closed from this side) and is then restarted has lost what its cache
+# held: the socket kept from that connection shows it went, and flushes
+# fail.
+log "a remote that hangs, then restarts"
+rm -f "$tmp/wb.img"
+truncate -s 32M "$tmp/wb.img"
+start_remote wb "${wbargs[@]}"
+start_server --timeout 1 "$(ruri wb)"
+WBPID=${RPID[wb]} SOCK=$tmp/r-wb.sock WBARGS="${wbargs[*]}" \
+    NBD_URI=$NBD_URI nbdpy - <<'PY' || die "a remote that hung and restarted: flushes"
+import errno, os, signal
+from nbd_e2e import connect, expect_error, restart_nbdkit
+h = connect()
+h.pwrite(b"A" * 65536, 0)
+h.flush()
+h.pwrite(b"B" * 65536, 1 << 20)
+pid = int(os.environ["WBPID"])
+os.kill(pid, signal.SIGSTOP)
+expect_error(errno.EIO, "a write to the hung remote", h.pwrite,
+             b"C" * 4096, 2 << 20)
+restart_nbdkit(pid, os.environ["SOCK"], os.environ["WBARGS"].split())
+expect_error(errno.EIO, "flush", h.flush)
+expect_error(errno.EIO, "second flush", h.flush)
+assert h.pread(65536, 0) == b"A" * 65536, "flushed data lost"
+h.shutdown()
+PY
+expect_grep "r-wb.sock: the remote closed a connection that carried writes not yet flushed" "$SERVER_LOG"
+stop_server
+stop_remote wb
 log "ok"
