@@ -269,15 +269,21 @@ expect_grep "spare .*r-h0.sock: a spare is a local file or block device" "$SERVE
 # every read returns the write (from the file's copy), and the flush
 # succeeds on the other copy.
 log "a mirror member that loses writes it had not flushed"
-truncate -s 40M w0.img
-wbargs=(--filter=cache file "$tmp/w0.img" cache=writeback)
-rm -f r-w0.sock
-start_bg nbdkit -f --exit-with-parent -U "$tmp/r-w0.sock" "${wbargs[@]}" \
-    </dev/null >r-w0.log 2>&1
-RPID[w0]=$BG_PID
-for ((n = 0; n < 200; n++)); do [[ -S r-w0.sock ]] && break; sleep 0.05; done
-"$BIOCTL" create --level raid1 --size 16M --name wb "$(ruri w0)" \
-    "$tmp/l1.img" >/dev/null || die "bioctl create remote + file: exit $?"
+# wb_mirror NAME FILE: a remote NAME with a writeback cache over NAME.img
+# (its arguments in $wbargs) and a raid1 of it and FILE, created.
+wb_mirror() {
+    local n
+    truncate -s 40M "$1.img"
+    wbargs=(--filter=cache file "$tmp/$1.img" cache=writeback)
+    rm -f "r-$1.sock"
+    start_bg nbdkit -f --exit-with-parent -U "$tmp/r-$1.sock" "${wbargs[@]}" \
+        </dev/null >"r-$1.log" 2>&1
+    RPID[$1]=$BG_PID
+    for ((n = 0; n < 200; n++)); do [[ -S r-$1.sock ]] && break; sleep 0.05; done
+    "$BIOCTL" create --level raid1 --size 16M --name "$1" "$(ruri "$1")" \
+        "$2" >/dev/null || die "bioctl create remote + file: exit $?"
+}
+wb_mirror w0 "$tmp/l1.img"
 start_server --timeout 5 "$(ruri w0)" "$tmp/l1.img"
 WBPID=${RPID[w0]} SOCK=$tmp/r-w0.sock WBARGS="${wbargs[*]}" \
     NBD_URI=$NBD_URI nbdpy - <<'PY' || { sed 's/^/    /' r-w0.log >&2; die "a mirror over a remote that lost writes"; }
@@ -302,15 +308,7 @@ stop_server
 # file gone): nothing to take over, so it keeps serving; only the flushes
 # fail.
 log "a degraded mirror whose last copy lost writes"
-truncate -s 40M w1.img
-wbargs=(--filter=cache file "$tmp/w1.img" cache=writeback)
-rm -f r-w1.sock
-start_bg nbdkit -f --exit-with-parent -U "$tmp/r-w1.sock" "${wbargs[@]}" \
-    </dev/null >r-w1.log 2>&1
-RPID[w1]=$BG_PID
-for ((n = 0; n < 200; n++)); do [[ -S r-w1.sock ]] && break; sleep 0.05; done
-"$BIOCTL" create --level raid1 --size 16M --name wb1 "$(ruri w1)" \
-    "$tmp/l3.img" >/dev/null || die "bioctl create remote + file: exit $?"
+wb_mirror w1 "$tmp/l3.img"
 mv "$tmp/l3.img" "$tmp/l3.away"
 start_server --timeout 5 "$(ruri w1)" "$tmp/l3.img"
 WBPID=${RPID[w1]} SOCK=$tmp/r-w1.sock WBARGS="${wbargs[*]}" \
