@@ -26,8 +26,10 @@
 #  - A mirror asked of remotes without superblocks: refused, naming bioctl
 #    create; a remote spare: refused.
 #  - A mirror of a remote with a writeback cache and a file: the remote
-#    killed and restarted with writes it had not flushed; the next flush
-#    takes it out of service and succeeds, and reads come from the file.
+#    killed and restarted with writes it had not flushed; every read
+#    returns the write (the member is taken out, the file serves), and the
+#    flush succeeds.  The same mirror degraded to that remote alone: it
+#    keeps serving flushed data and new writes, and flushes fail.
 source "$(dirname "$0")/functions.sh"
 
 requires_server

@@ -28,8 +28,12 @@
 #  - A server that starts and stops makes one connection to each remote,
 #    and flushes a remote only once it wrote to it.
 #  - A remote with a writeback cache killed and restarted with writes it
-#    had not flushed: the volume's flushes fail with EIO from then on, and
-#    the log says why once; with everything flushed first, no alarm.
+#    had not flushed: the volume's flushes fail with EIO from then on (reads
+#    and writes go on), and the log says why once; with everything flushed
+#    first, no alarm, and a write and a flush after the restart succeed.
+#    A slow zero and a slow block status time out without an alarm; a
+#    remote that hangs (a write times out) and is then restarted: flushes
+#    fail.
 #  - TLS to the remotes: an nbdkit and a bionbd that require TLS with a
 #    pre-shared key, reached as nbds+unix:// with tls-psk-file=: the layout
 #    check; the wrong key and a plaintext URI are one-line refusals.
