@@ -267,7 +267,7 @@ def restart_nbdkit(pid, sock, args):
             with open(f"/proc/{pid}/stat") as f:
                 if f.read().split()[2] == "Z":
                     break
-        except FileNotFoundError:
+        except OSError:  # gone between the lookup and the read (ESRCH)
             break
         time.sleep(0.05)
     os.unlink(sock)
