@@ -106,6 +106,27 @@ static unsigned int nr_live(struct mirror_target *mt)
 }
 
 /*
+ * @state: the members' states with member @m taken out of service.
+ * Returns whether every chunk still has a live copy then.
+ */
+static bool mirror_state_without(struct mirror_target *mt, unsigned int m,
+				 uint8_t *state)
+{
+	for (unsigned int i = 0; i < mt->g.nr_members; i++)
+		state[i] = atomic_load(&mt->state[i]);
+	state[m] = MIRROR_FAULTY;
+	return mirror_covered(&mt->g, state);
+}
+
+/* Would every chunk keep a live copy without member @m? */
+static bool mirror_can_lose(struct mirror_target *mt, unsigned int m)
+{
+	uint8_t state[MIRROR_MAX_MEMBERS];
+
+	return mirror_state_without(mt, m, state);
+}
+
+/*
  * Take member @m out of service after @err on @op: recorded through the
  * hooks before this returns, so that the caller may then complete the I/O
  * the copy missed.  Refused (-EIO, and the volume fails) when the member
@@ -127,10 +148,7 @@ int mirror_fail(struct mirror_target *mt, unsigned int m, struct target *t,
 		r = -EIO;
 		goto out;
 	}
-	for (unsigned int i = 0; i < mt->g.nr_members; i++)
-		state[i] = atomic_load(&mt->state[i]);
-	state[m] = MIRROR_FAULTY;
-	if (!mirror_covered(&mt->g, state)) {
+	if (!mirror_state_without(mt, m, state)) {
 		atomic_store(&mt->failed, true);
 		target_notice(TARGET_NOTICE_ERROR,
 			      "volume '%s' failed: member %s (role %u) had a "
@@ -453,16 +471,6 @@ fail:
 
 /* ---- reads ---- */
 
-/* Would every chunk keep a live copy without member @m? */
-static bool mirror_can_lose(struct mirror_target *mt, unsigned int m)
-{
-	uint8_t state[MIRROR_MAX_MEMBERS];
-
-	for (unsigned int i = 0; i < mt->g.nr_members; i++)
-		state[i] = atomic_load(&mt->state[i]);
-	state[m] = MIRROR_FAULTY;
-	return mirror_covered(&mt->g, state);
-}
 
 static void read_next(struct mirror_io *io);
 

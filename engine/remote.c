@@ -666,14 +666,19 @@ static bool rt_mark_lost(struct remote_target *rt)
 	return true;
 }
 
+/* Write numbers up to this are covered by a flush, for @c's writes. */
+static uint64_t conn_covered(const struct remote_conn *c)
+{
+	return c->rt->info.multi_conn ? atomic_load(&c->rt->flushed) :
+					atomic_load(&c->flushed_w);
+}
+
 /* Did @c carry writes no flush has covered yet? */
 static bool conn_unflushed(const struct remote_conn *c)
 {
 	uint64_t mine = atomic_load(&c->last_w);
 
-	return mine && mine > (c->rt->info.multi_conn ?
-				       atomic_load(&c->rt->flushed) :
-				       atomic_load(&c->flushed_w));
+	return mine && mine > conn_covered(c);
 }
 
 /*
@@ -712,9 +717,7 @@ static bool remote_look_around(struct remote_target *rt)
 			found = rt_mark_lost(rt);
 		if (c->orphan_fd < 0)
 			continue;
-		if (c->orphan_w > (rt->info.multi_conn ?
-					   atomic_load(&rt->flushed) :
-					   atomic_load(&c->flushed_w))) {
+		if (c->orphan_w > conn_covered(c)) {
 			if (!sock_gone(c->orphan_fd))
 				continue; /* the remote still holds them */
 			found = rt_mark_lost(rt) || found;

@@ -582,7 +582,7 @@ static uint64_t sendfile_trace(const struct nbd_req *r,
 	return ev.time_ns;
 }
 
-/* Send up to @len zero bytes; returns the bytes sent or -errno. */
+/* Send up to @len zero bytes; as send(2) (-1 and errno), EINTR retried. */
 static ssize_t conn_send_zeros(struct conn *c, size_t len)
 {
 	static const uint8_t zeros[4096];
@@ -599,7 +599,7 @@ static ssize_t conn_send_zeros(struct conn *c, size_t len)
 	do
 		n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
-	return n < 0 ? -errno : n;
+	return n;
 }
 
 /*
@@ -629,7 +629,7 @@ static ssize_t conn_sendfile_failed(struct conn *c, struct nbd_req *r,
 		 off, what, strerror(-err));
 	n = conn_send_zeros(c, left - done);
 	if (n < 0)
-		return done ? (ssize_t)done : n;
+		return done ? (ssize_t)done : -errno;
 	return (ssize_t)(done + (size_t)n);
 }
 
@@ -660,13 +660,15 @@ static bool sendfile_sock_errno(int e)
  */
 static ssize_t conn_sendfile(struct conn *c, struct nbd_req *r, size_t budget)
 {
-	static const uint8_t zeros[4096];
 	size_t left = r->iov[r->iov_idx].iov_len, done = 0;
 
 	if (left > budget)
 		left = budget;
-	if (r->pad)
-		return conn_send_zeros(c, left);
+	if (r->pad) {
+		ssize_t n = conn_send_zeros(c, left);
+
+		return n < 0 ? -errno : n;
+	}
 	while (done < left) {
 		struct target_iomap m;
 		uint64_t t0 = 0;
@@ -706,10 +708,7 @@ static ssize_t conn_sendfile(struct conn *c, struct nbd_req *r, size_t budget)
 					"no copy left to send");
 		}
 		if (n == 0)
-			n = send(c->fd, zeros,
-				 m.length < sizeof(zeros) ? m.length :
-							    sizeof(zeros),
-				 MSG_NOSIGNAL);
+			n = conn_send_zeros(c, m.length);
 		if (n < 0) {
 			int e = errno;
 

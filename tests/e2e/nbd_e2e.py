@@ -276,3 +276,20 @@ def restart_nbdkit(pid, sock, args):
     while not os.path.exists(sock):
         time.sleep(0.05)
     time.sleep(0.3)
+
+
+def restart_remote_from_env():
+    """restart_nbdkit of the remote the test script names: $WBPID on
+    $SOCK, started with the nbdkit arguments $WBARGS."""
+    restart_nbdkit(int(os.environ["WBPID"]), os.environ["SOCK"],
+                   os.environ["WBARGS"].split())
+
+
+def write_then_lose_cache(h, flushed, unflushed):
+    """Write @flushed at 0 and flush, write @unflushed at 1 MiB, then crash
+    and restart the remote ($WBPID ...) with its writeback cache: it keeps
+    @flushed and has lost @unflushed."""
+    h.pwrite(flushed, 0)
+    h.flush()
+    h.pwrite(unflushed, 1 << 20)
+    restart_remote_from_env()

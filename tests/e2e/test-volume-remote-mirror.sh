@@ -289,14 +289,9 @@ wb_mirror w0 "$tmp/l1.img"
 start_server --timeout 5 "$(ruri w0)" "$tmp/l1.img"
 WBPID=${RPID[w0]} SOCK=$tmp/r-w0.sock WBARGS="${wbargs[*]}" \
     NBD_URI=$NBD_URI nbdpy - <<'PY' || { sed 's/^/    /' r-w0.log >&2; die "a mirror over a remote that lost writes"; }
-import os
-from nbd_e2e import connect, restart_nbdkit
+from nbd_e2e import connect, write_then_lose_cache
 h = connect()
-h.pwrite(b"A" * 65536, 0)
-h.flush()
-h.pwrite(b"B" * 65536, 1 << 20)
-restart_nbdkit(int(os.environ["WBPID"]), os.environ["SOCK"],
-               os.environ["WBARGS"].split())
+write_then_lose_cache(h, b"A" * 65536, b"B" * 65536)
 for _ in range(4):  # every read, not every other one
     assert h.pread(65536, 1 << 20) == b"B" * 65536, "a lost write read back"
 h.flush()  # the file's copy holds everything
@@ -315,14 +310,10 @@ mv "$tmp/l3.img" "$tmp/l3.away"
 start_server --timeout 5 "$(ruri w1)" "$tmp/l3.img"
 WBPID=${RPID[w1]} SOCK=$tmp/r-w1.sock WBARGS="${wbargs[*]}" \
     NBD_URI=$NBD_URI nbdpy - <<'PY' || { sed 's/^/    /' r-w1.log >&2; die "a degraded mirror over a remote that lost writes"; }
-import errno, os
-from nbd_e2e import connect, expect_error, restart_nbdkit
+import errno
+from nbd_e2e import connect, expect_error, write_then_lose_cache
 h = connect()
-h.pwrite(b"D" * 65536, 0)
-h.flush()
-h.pwrite(b"E" * 65536, 1 << 20)
-restart_nbdkit(int(os.environ["WBPID"]), os.environ["SOCK"],
-               os.environ["WBARGS"].split())
+write_then_lose_cache(h, b"D" * 65536, b"E" * 65536)
 assert h.pread(65536, 0) == b"D" * 65536, "flushed data lost"
 h.pwrite(b"F" * 65536, 2 << 20)
 assert h.pread(65536, 2 << 20) == b"F" * 65536

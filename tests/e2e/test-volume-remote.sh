@@ -502,7 +502,7 @@ for case in lost flushed; do
         NBD_URI=$NBD_URI nbdpy - <<'PY' || die "$case: requests after the remote lost writes"
 import os
 import nbd
-from nbd_e2e import connect, restart_nbdkit
+from nbd_e2e import connect, restart_remote_from_env
 lost = os.environ["CASE"] == "lost"
 h = connect()
 h.pwrite(b"A" * 65536, 0)
@@ -510,9 +510,7 @@ h.flush()
 h.pwrite(b"B" * 65536, 1 << 20)
 if not lost:
     h.flush()
-# The new remote goes when this script does.
-restart_nbdkit(int(os.environ["WBPID"]), os.environ["SOCK"],
-               os.environ["WBARGS"].split())
+restart_remote_from_env()  # the new remote goes when this script does
 if not lost:
     h.pwrite(b"C" * 65536, 2 << 20)
 for what in ("flush", "second flush"):
@@ -577,16 +575,15 @@ start_server --timeout 1 "$(ruri wb)"
 WBPID=${RPID[wb]} SOCK=$tmp/r-wb.sock WBARGS="${wbargs[*]}" \
     NBD_URI=$NBD_URI nbdpy - <<'PY' || die "a remote that hung and restarted: flushes"
 import errno, os, signal
-from nbd_e2e import connect, expect_error, restart_nbdkit
+from nbd_e2e import connect, expect_error, restart_remote_from_env
 h = connect()
 h.pwrite(b"A" * 65536, 0)
 h.flush()
 h.pwrite(b"B" * 65536, 1 << 20)
-pid = int(os.environ["WBPID"])
-os.kill(pid, signal.SIGSTOP)
+os.kill(int(os.environ["WBPID"]), signal.SIGSTOP)
 expect_error(errno.EIO, "a write to the hung remote", h.pwrite,
              b"C" * 4096, 2 << 20)
-restart_nbdkit(pid, os.environ["SOCK"], os.environ["WBARGS"].split())
+restart_remote_from_env()
 expect_error(errno.EIO, "flush", h.flush)
 expect_error(errno.EIO, "second flush", h.flush)
 assert h.pread(65536, 0) == b"A" * 65536, "flushed data lost"
