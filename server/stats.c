@@ -73,14 +73,15 @@ void srv_stats_conn_add(struct conn *c)
 
 void srv_stats_conn_del(struct conn *c)
 {
-	if (!c->reg_pprev)
-		return; /* never added */
+	/* Under the lock: a neighbour leaving rewrites our reg_pprev. */
 	pthread_mutex_lock(&conns_lock);
-	*c->reg_pprev = c->reg_next;
-	if (c->reg_next)
-		c->reg_next->reg_pprev = c->reg_pprev;
+	if (c->reg_pprev) { /* else never added */
+		*c->reg_pprev = c->reg_next;
+		if (c->reg_next)
+			c->reg_next->reg_pprev = c->reg_pprev;
+		c->reg_pprev = NULL;
+	}
 	pthread_mutex_unlock(&conns_lock);
-	c->reg_pprev = NULL;
 }
 
 void srv_stats_conn_count(struct conn *c, uint16_t type, uint32_t len,
