@@ -1485,14 +1485,17 @@ static int rbd_image_open(struct rbd_target *rt, const char *member,
 	unsigned int timeout_ms = opts && opts->timeout_ms
 				      ? opts->timeout_ms
 				      : RBD_TIMEOUT_MS_DEFAULT;
+	bool readonly = opts && opts->readonly;
 	struct rbd_handle *h;
 	int r;
 
-	rt->readonly = opts && opts->readonly;
-	r = handle_get(member, rt->readonly, timeout_ms, &h, errbuf, errlen);
+	r = handle_get(member, readonly, timeout_ms, &h, errbuf, errlen);
 	if (r)
 		return r;
-	/* Connecting again after a probe: the image must be the same. */
+	/*
+	 * Connecting again after a probe: the image must be the same, and
+	 * what the probe learnt stays as it is (workers read it meanwhile).
+	 */
 	if (rt->t.size_bytes && h->size != rt->t.size_bytes) {
 		r = verr(errbuf, errlen, -ESTALE,
 			 "member %s: %llu bytes now, %llu at start: refused",
@@ -1501,9 +1504,11 @@ static int rbd_image_open(struct rbd_target *rt, const char *member,
 		handle_put(h);
 		return r;
 	}
-	rt->readonly = rt->readonly || h->snap;
-	rt->t.size_bytes = h->size;
-	rt->t.readonly = h->snap;
+	if (!rt->t.size_bytes) {
+		rt->readonly = readonly || h->snap;
+		rt->t.size_bytes = h->size;
+		rt->t.readonly = h->snap;
+	}
 	rt->h = h;
 	atomic_store_explicit(&rt->image, h->image, memory_order_release);
 	return 0;
