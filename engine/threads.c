@@ -110,12 +110,18 @@ static void *pool_worker(void *arg)
 
 		rq->res = file_do_sync(rq->ft, rq->bio);
 
+		/*
+		 * Signal before letting go of the lock: once @rq is on the
+		 * list the owner may reap it (without waiting for the eventfd)
+		 * and destroy the queue, and the fd number, closed, may then
+		 * name a member file or a client socket.
+		 */
 		tq = rq->tq;
 		pthread_mutex_lock(&tq->lock);
 		rq->next = tq->done;
 		tq->done = rq;
-		pthread_mutex_unlock(&tq->lock);
 		(void)!write(tq->efd, &one, sizeof(one));
+		pthread_mutex_unlock(&tq->lock);
 	}
 }
 
@@ -336,6 +342,9 @@ static void threads_destroy(struct ioq *q)
 		tq->free_rqs = rq->next;
 		free(rq);
 	}
+	/* The last pool thread to signal us is out of its lock (above). */
+	pthread_mutex_lock(&tq->lock);
+	pthread_mutex_unlock(&tq->lock);
 	close(tq->epfd);
 	close(tq->efd);
 	pthread_mutex_destroy(&tq->lock);

@@ -664,9 +664,9 @@ make_tls_keys() {
 #                            must exit 0 within 20 s, remove its socket and
 #                            pidfile, and leave no sanitizer report in its
 #                            log.
-#   check_sanitizer_log FILE FILE holds no AddressSanitizer, LeakSanitizer
-#                            or UBSan report (any build: the patterns never
-#                            match a clean run).
+#   check_sanitizer_log FILE FILE holds no AddressSanitizer, LeakSanitizer,
+#                            ThreadSanitizer or UBSan report (any build: the
+#                            patterns never match a clean run).
 SERVER_PIDFILE=
 
 start_bionbd() {
@@ -694,7 +694,7 @@ start_bionbd() {
 }
 
 check_sanitizer_log() {
-    if grep -E -q 'ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: (Address|UndefinedBehavior|Leak)Sanitizer' "$1"; then
+    if grep -E -q 'ERROR: (Address|Leak|Thread)Sanitizer|WARNING: ThreadSanitizer|runtime error:|SUMMARY: (Address|UndefinedBehavior|Leak|Thread)Sanitizer' "$1"; then
         sed 's/^/    /' "$1" >&2
         die "$1: sanitizer report (above)"
     fi

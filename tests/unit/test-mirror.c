@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -98,8 +99,9 @@ static void case_layout(void)
 struct hook_log {
 	unsigned int records;
 	uint8_t last_state[MAXN];
-	unsigned int bitmap_writes, syncs;
-	uint8_t bits[64];
+	/* Written by the bitmap daemon's thread while a case looks on. */
+	atomic_uint bitmap_writes, syncs;
+	_Atomic uint8_t bits[64];
 	bool fail_record;
 	unsigned int progress;
 	uint64_t last_checkpoint[MAXN];
@@ -152,8 +154,9 @@ static int hook_bitmap(void *arg, const uint8_t *bits, uint32_t nr)
 {
 	struct hook_log *h = arg;
 
+	for (uint32_t i = 0; i < (nr + 7) / 8; i++)
+		h->bits[i] = bits[i];
 	h->bitmap_writes++;
-	memcpy(h->bits, bits, (nr + 7) / 8);
 	return 0;
 }
 
