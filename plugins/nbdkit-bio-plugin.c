@@ -98,11 +98,20 @@ static pthread_mutex_t ioq_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct thread_ioq *ioq_list; /* every live thread's queue */
 static __thread struct thread_ioq *my_ioq;
 
-static void thread_ioq_free_locked(struct thread_ioq *w)
+static void thread_ioq_unlink_locked(struct thread_ioq *w)
 {
 	*w->pprev = w->next;
 	if (w->next)
 		w->next->pprev = w->pprev;
+}
+
+/*
+ * ioq_destroy closes the queue's remote connections, each flushing what
+ * it wrote first (up to a member's timeout): outside ioq_lock, so that a
+ * new connection's thread never waits for it to create its own queue.
+ */
+static void thread_ioq_free(struct thread_ioq *w)
+{
 	ioq_destroy(w->q);
 	free(w);
 }
@@ -111,8 +120,9 @@ static void thread_ioq_free_locked(struct thread_ioq *w)
 static void thread_ioq_destructor(void *p)
 {
 	pthread_mutex_lock(&ioq_lock);
-	thread_ioq_free_locked(p);
+	thread_ioq_unlink_locked(p);
 	pthread_mutex_unlock(&ioq_lock);
+	thread_ioq_free(p);
 	ioq_set_current(NULL);
 	my_ioq = NULL;
 }
@@ -334,8 +344,10 @@ static void bio_unload(void)
 		pthread_key_delete(ioq_key);
 		ioq_key_live = false;
 	}
-	while ((w = ioq_list))
-		thread_ioq_free_locked(w);
+	while ((w = ioq_list)) {
+		thread_ioq_unlink_locked(w);
+		thread_ioq_free(w);
+	}
 	pthread_mutex_unlock(&ioq_lock);
 
 	if (stats_path && exports)

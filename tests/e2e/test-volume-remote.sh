@@ -34,6 +34,9 @@
 #    A slow zero and a slow block status time out without an alarm; a
 #    remote that hangs (a write times out) and is then restarted: flushes
 #    fail.
+#  - The plugin: a client connecting while another's threads flush a
+#    stopped remote at their end is served at once (the flush holds no
+#    lock a new connection's threads need).
 #  - TLS to the remotes: an nbdkit and a bionbd that require TLS with a
 #    pre-shared key, reached as nbds+unix:// with tls-psk-file=: the layout
 #    check; the wrong key and a plaintext URI are one-line refusals.
@@ -592,4 +595,39 @@ PY
 expect_grep "r-wb.sock: the remote closed a connection that carried writes not yet flushed" "$SERVER_LOG"
 stop_server
 stop_remote wb
+
+# The plugin: a connection's threads flush what they wrote to a remote as
+# they end, which may take up to the timeout.  Another client starting
+# meanwhile is served at once (its threads set up their own queues).
+if [[ $SERVER == plugin ]]; then
+    log "a closing connection's flush holds no other client"
+    truncate -s 32M hold0.img
+    start_remote hold memory 32M
+    start_server --timeout 3 --stripe-size 64K "$tmp/hold0.img" "$(ruri hold)"
+    RPID_HOLD=${RPID[hold]} NBD_URI=$NBD_URI nbdpy - <<'PY' ||
+import os, signal, threading, time
+from nbd_e2e import connect
+a = connect()
+a.pwrite(b"A" * 4096, 65536)  # chunk 1: the remote, not flushed
+os.kill(int(os.environ["RPID_HOLD"]), signal.SIGSTOP)
+try:
+    # nbdkit answers the disconnect once a's threads have ended, each
+    # flushing the stopped remote: wait for that beside b.
+    bye = threading.Thread(target=a.shutdown)
+    bye.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    b = connect()
+    assert b.pread(4096, 0) == bytes(4096)  # chunk 0: the local file
+    took = time.monotonic() - t0
+    b.shutdown()
+finally:
+    os.kill(int(os.environ["RPID_HOLD"]), signal.SIGCONT)
+    bye.join()
+assert took < 1.5, f"a new client waited {took:.1f} s for another's flush"
+PY
+        die "a closing connection's flush held another client"
+    stop_server
+    stop_remote hold
+fi
 log "ok"
