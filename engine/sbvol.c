@@ -553,8 +553,10 @@ static const struct target_ops sbvol_ops = {
 };
 
 /*
- * Open @path for writing, locked: one writer a volume.  A remote member
- * cannot be locked from here (docs/remote.md: one server a volume is the
+ * Open @path for writing, locked: one writer a volume.  An RBD image
+ * cannot be locked, but another client that has it open shows (a second
+ * server, or bioctl rewriting it): mdev_claim.  An NBD export can show
+ * neither (docs/remote.md: one server a volume is then the
  * administrator's to keep).
  */
 static int open_locked(const char *what, const char *path,
@@ -566,6 +568,8 @@ static int open_locked(const char *what, const char *path,
 
 	if (r)
 		return verr(errbuf, errlen, r, "%s", why);
+	if ((*mp)->ops->claim)
+		return mdev_claim(*mp, path, errbuf, errlen);
 	return mdev_lock_say(*mp, what, path, errbuf, errlen);
 }
 

@@ -31,7 +31,8 @@
 #    data on both images at the data offset, one watcher an image (the
 #    superblock calls share the data path's handle); the forked process
 #    marks the superblocks clean at exit.  bioctl check --repair and
-#    create refuse the images while the server has them open.
+#    create refuse the images while the server has them open, and so
+#    does a second server of the volume.
 #  - The pieces of a large request that lie back to back on an image go
 #    as one request (the OSD counts one write and one read per image).
 #  - conf=, id=, keyring=: a client of its own with only RBD rights; no
@@ -445,6 +446,10 @@ for cmd in "check --repair" "create --force --level raid1 --size 16M"; do
     [[ $(grep -c . claim.err) -eq 1 ]] || die "bioctl $cmd: $(cat claim.err)"
     expect_grep "^bioctl: member rbd:rbd/r[01]: in use by another client \(client\.[0-9]+ at " claim.err
 done
+# So would a second server of the volume: its own superblock writes and
+# clean flag against the first's.
+server_refuses_once rbd:rbd/r1 rbd:rbd/r0
+expect_grep "member rbd:rbd/r[01]: in use by another client \(client\.[0-9]+ at " "$SERVER_ERR"
 kill "$mir_pid"
 wait_gone "$mir_pid" 30 || die "the daemonized server did not stop"
 # Marked clean on the way out, by the forked process.
