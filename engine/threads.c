@@ -56,7 +56,13 @@ static struct {
 	unsigned int nr_threads; /* wanted */
 	unsigned int running;
 	unsigned int users; /* queues alive */
-	bool stop;
+	/*
+	 * Which pool is current: a worker of an older one ends once nothing
+	 * is left to do.  Not a stop flag, which a new pool started while
+	 * the last one is still being joined (pool_put) would clear under
+	 * the old workers, and the join would never return.
+	 */
+	unsigned long gen;
 	pthread_t *tids;
 } pool = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -86,13 +92,15 @@ int ioq_pool_set_threads(unsigned int n)
 
 static void *pool_worker(void *arg)
 {
+	unsigned long gen = (unsigned long)(uintptr_t)arg;
+
 	for (;;) {
 		struct threads_rq *rq;
 		struct threads_ioq *tq;
 		uint64_t one = 1;
 
 		pthread_mutex_lock(&pool.lock);
-		while (!pool.small_head && !pool.head && !pool.stop)
+		while (!pool.small_head && !pool.head && pool.gen == gen)
 			pthread_cond_wait(&pool.cond, &pool.lock);
 		if ((rq = pool.small_head)) {
 			pool.small_head = rq->next;
@@ -102,7 +110,7 @@ static void *pool_worker(void *arg)
 			pool.head = rq->next;
 			if (!pool.head)
 				pool.tail = &pool.head;
-		} else { /* stopping and nothing left */
+		} else { /* an old pool's, and nothing left */
 			pthread_mutex_unlock(&pool.lock);
 			return NULL;
 		}
@@ -133,11 +141,14 @@ static int pool_start_locked(void)
 	pool.tids = calloc(pool.nr_threads, sizeof(pthread_t));
 	if (!pool.tids)
 		return -ENOMEM;
-	pool.stop = false;
-	pool.tail = &pool.head;
-	pool.small_tail = &pool.small_head;
+	/* Empty lists: an old pool's workers may still be leaving. */
+	if (!pool.head)
+		pool.tail = &pool.head;
+	if (!pool.small_head)
+		pool.small_tail = &pool.small_head;
 	for (i = 0; i < pool.nr_threads; i++) {
-		if (pthread_create(&pool.tids[i], NULL, pool_worker, NULL))
+		if (pthread_create(&pool.tids[i], NULL, pool_worker,
+				   (void *)(uintptr_t)pool.gen))
 			break;
 	}
 	pool.running = i;
@@ -164,7 +175,7 @@ static void pool_put(void)
 
 	pthread_mutex_lock(&pool.lock);
 	if (--pool.users == 0 && pool.running) {
-		pool.stop = true;
+		pool.gen++;
 		pthread_cond_broadcast(&pool.cond);
 		tids = pool.tids;
 		n = pool.running;
