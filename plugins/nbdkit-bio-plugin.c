@@ -96,6 +96,14 @@ static pthread_key_t ioq_key;
 static bool ioq_key_live;
 static pthread_mutex_t ioq_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct thread_ioq *ioq_list; /* every live thread's queue */
+/*
+ * Queues off the list and being destroyed by their ending threads
+ * (outside the lock): bio_unload waits for them before it closes the
+ * exports, whose final flush must come after theirs.
+ */
+static unsigned int ioq_destroying;
+static pthread_cond_t ioq_destroyed = PTHREAD_COND_INITIALIZER;
+static bool ioq_unloaded; /* bio_unload destroyed what the list held */
 static __thread struct thread_ioq *my_ioq;
 
 static void thread_ioq_unlink_locked(struct thread_ioq *w)
@@ -119,12 +127,21 @@ static void thread_ioq_free(struct thread_ioq *w)
 /* Thread exit: every bio of this thread has ended (we only wait). */
 static void thread_ioq_destructor(void *p)
 {
-	pthread_mutex_lock(&ioq_lock);
-	thread_ioq_unlink_locked(p);
-	pthread_mutex_unlock(&ioq_lock);
-	thread_ioq_free(p);
 	ioq_set_current(NULL);
 	my_ioq = NULL;
+	pthread_mutex_lock(&ioq_lock);
+	if (ioq_unloaded) { /* it took @p from the list before we got here */
+		pthread_mutex_unlock(&ioq_lock);
+		return;
+	}
+	thread_ioq_unlink_locked(p);
+	ioq_destroying++;
+	pthread_mutex_unlock(&ioq_lock);
+	thread_ioq_free(p);
+	pthread_mutex_lock(&ioq_lock);
+	if (!--ioq_destroying)
+		pthread_cond_broadcast(&ioq_destroyed);
+	pthread_mutex_unlock(&ioq_lock);
 }
 
 static int thread_ioq_create(void)
@@ -335,15 +352,21 @@ static void bio_unload(void)
 	struct thread_ioq *w;
 
 	/*
-	 * nbdkit has joined the connection threads by now.  Deleting the key
-	 * first means no destructor of ours can run once this code is
-	 * unmapped.
+	 * nbdkit has seen its connection threads finish by now, but a
+	 * thread's destructors run after that: one may be in ours still,
+	 * destroying its queue (flushing a remote), or about to start it.
+	 * Deleting the key first means none starts from here on; one that
+	 * started and waits for the lock finds ioq_unloaded; one past the
+	 * lock is waited for.
 	 */
 	pthread_mutex_lock(&ioq_lock);
 	if (ioq_key_live) {
 		pthread_key_delete(ioq_key);
 		ioq_key_live = false;
 	}
+	while (ioq_destroying)
+		pthread_cond_wait(&ioq_destroyed, &ioq_lock);
+	ioq_unloaded = true;
 	while ((w = ioq_list)) {
 		thread_ioq_unlink_locked(w);
 		thread_ioq_free(w);
