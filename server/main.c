@@ -81,6 +81,14 @@ static char *private_dir; /* --run with nowhere to listen: our socket's */
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
+/*
+ * The exports are open and no worker uses them yet: a start that fails
+ * now closes its RBD images, whose watches would otherwise stay with the
+ * cluster for ~30 s and refuse the next start (sbvol: "in use by another
+ * client").
+ */
+static bool die_closes_images;
+
 static void die(const char *fmt, ...)
 {
 	va_list ap;
@@ -90,6 +98,8 @@ static void die(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	if (die_closes_images)
+		rbd_close_all();
 	exit(1);
 }
 
@@ -914,6 +924,7 @@ int main(int argc, char **argv)
 		check_socket(&o);
 		exports_from_cmdline(&cl);
 	}
+	die_closes_images = true;
 	srv.backend = choose_backend(&o);
 	srv.poll_max_s = o.poll_us / 1e6;
 	srv.handshake_s = o.handshake_s;
@@ -972,6 +983,7 @@ int main(int argc, char **argv)
 	sigaddset(&stopsigs, SIGHUP);
 	sigaddset(&stopsigs, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &stopsigs, NULL);
+	die_closes_images = false;
 	for (unsigned int i = 0; i < srv.nr_workers; i++) {
 		r = worker_start(&srv.workers[i]);
 		if (r)

@@ -32,7 +32,8 @@
 #    superblock calls share the data path's handle); the forked process
 #    marks the superblocks clean at exit.  bioctl check --repair and
 #    create refuse the images while the server has them open, and so
-#    does a second server of the volume.
+#    does a second server of the volume; a start that fails after opening
+#    them (bionbd) leaves them free for the next one.
 #  - The pieces of a large request that lie back to back on an image go
 #    as one request (the OSD counts one write and one read per image).
 #  - conf=, id=, keyring=: a client of its own with only RBD rights; no
@@ -461,6 +462,18 @@ for i in r0 r1; do
     cmp -n $((16 << 20)) -i $((1 << 20)):0 "$i.rbd" mir.raw ||
         die "image $i does not hold the data at its data offset"
 done
+# A start that fails once the images are open (here: a trace file that
+# cannot be made) closes them: the next start is not refused for the
+# ~30 s the cluster would keep their watches.
+if [[ $SERVER == bionbd ]]; then
+    rc=0
+    "$BIONBD" -f -U "$tmp/failed.sock" --trace "$tmp/no/such/dir/t" \
+        rbd:rbd/r1 rbd:rbd/r0 >failed.log 2>&1 </dev/null || rc=$?
+    [[ $rc -eq 1 ]] || die "a start with a bad trace path: exit $rc"
+    expect_grep "^bionbd: trace: " failed.log
+    start_server rbd:rbd/r1 rbd:rbd/r0
+    stop_server
+fi
 
 # --- the pieces of a large request on one image go as one request ------------
 log "merged requests"
