@@ -784,11 +784,21 @@ static void mirror_destroy(struct target *t)
 	free(mt);
 }
 
+/* The members (an RBD image connects), then the rebuild onto spares. */
+static void mirror_start(struct target *t)
+{
+	struct mirror_target *mt = to_mirror(t);
+
+	for (unsigned int i = 0; i < mt->g.nr_members; i++)
+		target_start(mt->members[i]);
+	mirror_rebuild_start(t);
+}
+
 static const struct target_ops mirror_target_ops = {
 	.submit = mirror_submit,
 	.destroy = mirror_destroy,
 	.iomap = mirror_iomap,
-	.start = mirror_rebuild_start,
+	.start = mirror_start,
 	.iomap_short = mirror_iomap_short,
 };
 

@@ -194,8 +194,11 @@ struct rbd_port {
 
 static const char rbd_port_key = 0;
 
-/* Guards rbd_clusters and rbd_handles. */
+/* Guards rbd_clusters, rbd_handles and rbd_connecting. */
 static pthread_mutex_t rbd_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Connector threads of this process still at work (rbd_wait_connecting). */
+static unsigned int rbd_connecting;
+static pthread_cond_t rbd_connected = PTHREAD_COND_INITIALIZER;
 static struct rbd_cluster *rbd_clusters;
 static struct rbd_handle *rbd_handles;
 
@@ -1460,6 +1463,14 @@ void rbd_close_all(void)
 	handles_close(false);
 }
 
+void rbd_wait_connecting(void)
+{
+	pthread_mutex_lock(&rbd_lock);
+	while (rbd_connecting)
+		pthread_cond_wait(&rbd_connected, &rbd_lock);
+	pthread_mutex_unlock(&rbd_lock);
+}
+
 static void handle_put(struct rbd_handle *h)
 {
 	pthread_mutex_lock(&rbd_lock);
@@ -1571,6 +1582,10 @@ static void *rbd_connector(void *arg)
 	rt->waiting = NULL;
 	rt->connecting = false;
 	pthread_mutex_unlock(&rt->connect_lock);
+	pthread_mutex_lock(&rbd_lock);
+	if (!--rbd_connecting)
+		pthread_cond_broadcast(&rbd_connected);
+	pthread_mutex_unlock(&rbd_lock);
 	while (list) {
 		struct rbd_io *io = list;
 
@@ -1599,10 +1614,19 @@ static bool rbd_wait_connect(struct rbd_target *rt, struct rbd_io *io)
 			goto out;
 		if (rt->joinable)
 			pthread_join(rt->connector, NULL);
+		/* Counted first: the connector may be done before we look. */
+		pthread_mutex_lock(&rbd_lock);
+		rbd_connecting++;
+		pthread_mutex_unlock(&rbd_lock);
 		rt->joinable = !pthread_create(&rt->connector, NULL,
 					       rbd_connector, rt);
-		if (!rt->joinable)
+		if (!rt->joinable) {
+			pthread_mutex_lock(&rbd_lock);
+			if (!--rbd_connecting)
+				pthread_cond_broadcast(&rbd_connected);
+			pthread_mutex_unlock(&rbd_lock);
 			goto out;
+		}
 		rt->connecting = true;
 	}
 	if (io) {

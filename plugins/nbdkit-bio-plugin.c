@@ -28,6 +28,7 @@
  * layer, through nbdkit_verror/nbdkit_vdebug.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -36,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NBDKIT_API_VERSION 2
 #include <nbdkit-plugin.h>
@@ -598,6 +600,41 @@ static int probe_backend(void)
 
 static bool rbd_atexit_set;
 
+/*
+ * nbdkit's parent leaves through exit() as soon as it has forked.  Its RBD
+ * handles are closed there (their locks went in .get_ready), but only once
+ * the child's .after_fork has opened images of its own: an image nobody
+ * watches for that moment is one a second server would take (see
+ * rbd_wait_connecting).  The child holds the pipe's write end until then,
+ * or until it dies; without a fork, .after_fork runs in this process and
+ * closes both ends.
+ */
+static int fork_pipe[2] = { -1, -1 };
+static pid_t fork_parent;
+
+static void fork_pipe_close(void)
+{
+	for (int i = 0; i < 2; i++) {
+		if (fork_pipe[i] >= 0)
+			close(fork_pipe[i]);
+		fork_pipe[i] = -1;
+	}
+}
+
+static void rbd_exit(void)
+{
+	char c;
+
+	if (fork_pipe[1] >= 0 && getpid() == fork_parent) {
+		close(fork_pipe[1]);
+		fork_pipe[1] = -1;
+		while (read(fork_pipe[0], &c, 1) < 0 && errno == EINTR)
+			;
+	}
+	fork_pipe_close();
+	rbd_close_all();
+}
+
 static int get_ready(void)
 {
 	const struct conf_export *defs = &cmdline;
@@ -657,8 +694,12 @@ static int get_ready(void)
 	 */
 	rbd_release_locks();
 	/* And that parent leaves through exit(): close its handles there. */
-	if (!rbd_atexit_set && !atexit(rbd_close_all))
+	if (!rbd_atexit_set && !atexit(rbd_exit)) {
 		rbd_atexit_set = true;
+		fork_parent = getpid();
+		if (pipe2(fork_pipe, O_CLOEXEC))
+			fork_pipe[0] = fork_pipe[1] = -1;
+	}
 	return 0;
 }
 
@@ -684,6 +725,8 @@ static int bio_after_fork(void)
 
 	for (unsigned int i = 0; i < nr_exports; i++)
 		target_start(exports[i].vol);
+	rbd_wait_connecting();
+	fork_pipe_close();
 	if (trace_path && (r = trace_run())) {
 		nbdkit_error("trace=%s: %s", trace_path, strerror(-r));
 		return -1;

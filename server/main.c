@@ -640,16 +640,23 @@ static int daemonize(void)
 	if (pid < 0)
 		die("fork: %s", strerror(errno));
 	if (pid > 0) {
+		int status;
+
 		/*
 		 * _exit: what the process holds (stdio buffers, atexit work,
 		 * members' handles) is the child's now, not the parent's to
 		 * flush, undo or close.  Except RBD images: their exclusive
 		 * locks would stay with a client that is gone (see
-		 * rbd_close_all), while the child opens them afresh.
+		 * rbd_close_all), while the child opens them afresh.  The
+		 * locks go now, for the child to take; the images (their
+		 * watches) only once the child has its own, so that no second
+		 * server finds them unused in between.
 		 */
 		close(p[1]);
+		rbd_release_locks();
+		status = read(p[0], &c, 1) == 1 ? 0 : 1;
 		rbd_close_all();
-		_exit(read(p[0], &c, 1) == 1 ? 0 : 1);
+		_exit(status);
 	}
 	close(p[0]);
 	setsid();
@@ -1010,6 +1017,8 @@ int main(int argc, char **argv)
 	/* After any fork (daemonize): a mirror's rebuild is a thread. */
 	for (unsigned int i = 0; i < srv.nr_exports; i++)
 		target_start(srv.exports[i].vol);
+	/* Our RBD images open before the parent closes its own. */
+	rbd_wait_connecting();
 	if (ready_fd >= 0)
 		detach_stdio(ready_fd);
 	if (cl.run) {

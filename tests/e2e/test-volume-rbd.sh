@@ -32,8 +32,10 @@
 #    superblock calls share the data path's handle); the forked process
 #    marks the superblocks clean at exit.  bioctl check --repair and
 #    create refuse the images while the server has them open, and so
-#    does a second server of the volume; a start that fails after opening
-#    them (bionbd) leaves them free for the next one.
+#    does a second server of the volume; the images are watched from the
+#    moment the start returns (the forking parent closes its handles only
+#    once the server has its own); a start that fails after opening them
+#    (bionbd) leaves them free for the next one.
 #  - The pieces of a large request that lie back to back on an image go
 #    as one request (the OSD counts one write and one read per image).
 #  - conf=, id=, keyring=: a client of its own with only RBD rights; no
@@ -405,11 +407,35 @@ pidf=$tmp/mir.pid
 # daemon does not outlive the test.
 on_exit "[[ -s '$pidf' ]] && kill \$(cat '$pidf') 2>/dev/null"
 case $SERVER in
-bionbd) "$BIONBD" -U "$tmp/mir.sock" -P "$pidf" rbd:rbd/r1 rbd:rbd/r0 \
-    >mir.log 2>&1 </dev/null ;;
-plugin) nbdkit -U "$tmp/mir.sock" -P "$pidf" "$BIO_PLUGIN" file=rbd:rbd/r1 \
-    file=rbd:rbd/r0 >mir.log 2>&1 </dev/null ;;
-esac || die "the daemonized server did not start: $(cat mir.log)"
+bionbd) mir_cmd=("$BIONBD" -U "$tmp/mir.sock" -P "$pidf" rbd:rbd/r1 rbd:rbd/r0) ;;
+plugin) mir_cmd=(nbdkit -U "$tmp/mir.sock" -P "$pidf" "$BIO_PLUGIN"
+    file=rbd:rbd/r1 file=rbd:rbd/r0) ;;
+esac
+# The images are in use from the moment the start returns: the parent
+# that opened them may close its handles only once the server has its
+# own, or a second server starting in between finds them unwatched.  The
+# look comes from a cluster connection made beforehand, so it is quicker
+# than any server could connect.
+nbdpy - "${mir_cmd[@]}" <<'PY' || die "the daemonized server's start: $(cat mir.log)"
+import os, subprocess, sys
+import rados, rbd
+cluster = rados.Rados(conffile=os.environ["CEPH_CONF"])
+cluster.connect(timeout=30)
+ioctx = cluster.open_ioctx("rbd")
+images = [rbd.Image(ioctx, n, read_only=True) for n in ("r0", "r1")]
+with open("mir.log", "w") as log:
+    rc = subprocess.run(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=log,
+                        stderr=subprocess.STDOUT).returncode
+unwatched = [n for n, i in zip(("r0", "r1"), images) if not list(i.watchers_list())]
+for i in images:
+    i.close()
+ioctx.close()
+cluster.shutdown()
+if rc:
+    sys.exit(f"exit {rc}")
+if unwatched:
+    sys.exit(f"{unwatched}: no watcher when the start returned")
+PY
 for ((n = 0; n < 300; n++)); do [[ -s $pidf && -S mir.sock ]] && break; sleep 0.05; done
 mir_pid=$(cat "$pidf") || die "no pid file"
 mir_uri="nbd+unix:///?socket=$tmp/mir.sock"

@@ -315,6 +315,17 @@ void rbd_close_all(void);
  */
 void rbd_release_locks(void);
 
+/*
+ * rbd_wait_connecting - wait until every RBD member this process started
+ * (target_start) has opened its image or given up for now: for a front
+ * end about to say it serves, whose parent still holds the images.  An
+ * image open for writing is watched, and a watch is what tells a second
+ * server that the volume is in use (mdev_claim); were the parent's
+ * handles closed before the child's are open, such a server could start
+ * in between.
+ */
+void rbd_wait_connecting(void);
+
 /* Is @member an RBD image (rbd:POOL/IMAGE...) rather than a path? */
 bool rbd_member(const char *member);
 
