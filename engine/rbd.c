@@ -104,6 +104,8 @@ struct rbd_handle {
 	rbd_image_t image;
 	uint64_t size;
 	uint64_t obj_size;
+	/* A flush failed: every flush fails from now on (rbd_flush_failed). */
+	atomic_bool lost;
 	/* Fast zeros may cover whole objects of this size (fast_zero_ok). */
 	uint64_t zero_obj;
 	/*
@@ -170,6 +172,7 @@ struct rbd_io {
 	struct bio *bios[BLK_PLUG_MAX];
 	ssize_t ret; /* librbd's answer: bytes or -errno */
 	bool then_flush; /* FUA: a flush once the write is done */
+	bool flushing; /* what librbd answers is a flush's */
 	bool issue; /* back from the connector: issue it now (ret 0) */
 	struct iovec *iov; /* iov_inline, or allocated */
 	struct iovec iov_inline[RBD_IOV_INLINE];
@@ -591,6 +594,34 @@ static bool rbd_note_answer(struct rbd_target *rt, ssize_t ret)
 	return false;
 }
 
+/*
+ * A flush of @h failed.  librbd's cache (write-around, Ceph's default)
+ * acknowledges a write once it is sent, and the error of one that fails
+ * goes to the next flush to complete, whoever's, and is forgotten: a later
+ * flush would succeed over the lost write.  So every flush of the image
+ * fails from now on (as a file's does), and a mirror takes the member out
+ * (target_lost).
+ */
+static void rbd_flush_failed(struct rbd_handle *h, const char *member,
+			     ssize_t ret)
+{
+	if (!atomic_exchange(&h->lost, true))
+		target_notice(TARGET_NOTICE_ERROR,
+			      "member %s: a flush failed (%s): writes before it "
+			      "may not have reached the cluster; every flush "
+			      "fails with EIO from now on (restart the server "
+			      "once the image is checked)",
+			      member, strerror((int)-ret));
+}
+
+static bool rbd_lost(struct target *t)
+{
+	struct rbd_target *rt = to_rbd(t);
+
+	return atomic_load_explicit(&rt->image, memory_order_acquire) &&
+	       atomic_load_explicit(&rt->h->lost, memory_order_relaxed);
+}
+
 static void io_end(struct rbd_port *p, struct rbd_io *io, int err)
 {
 	bool report = err && err != -EOPNOTSUPP &&
@@ -646,6 +677,7 @@ static int io_flush(struct rbd_io *io)
 	r = rbdlib.rbd_aio_create_completion(io, io_complete_cb, &c);
 	if (r)
 		return r;
+	io->flushing = true;
 	r = rbdlib.rbd_aio_flush(atomic_load_explicit(&io->rt->image,
 					       memory_order_acquire),
 			  c);
@@ -681,6 +713,9 @@ static void port_poll_fn(struct ioq_poll *poll, unsigned int revents)
 		io = fifo;
 		fifo = io->next;
 		if (io->ret < 0) {
+			if (io->flushing)
+				rbd_flush_failed(io->rt->h, io->rt->t.name,
+						 io->ret);
 			io_end(p, io, rbd_errno(io->ret));
 			continue;
 		}
@@ -698,7 +733,10 @@ static void port_poll_fn(struct ioq_poll *poll, unsigned int revents)
 		(void)rbd_note_answer(io->rt, io->ret);
 		if (io->then_flush) {
 			io->then_flush = false;
-			r = io_flush(io);
+			r = atomic_load_explicit(&io->rt->h->lost,
+						 memory_order_relaxed) ?
+				    -EIO :
+				    io_flush(io);
 			if (r) {
 				io->ret = r;
 				io_end(p, io, rbd_errno(r));
@@ -1040,6 +1078,7 @@ static int io_issue(rbd_image_t image, struct rbd_io *io)
 		r = rbdlib.rbd_aio_writev(image, io->iov, cnt, off, c);
 		break;
 	case REQ_OP_FLUSH:
+		io->flushing = true;
 		r = rbdlib.rbd_aio_flush(image, c);
 		break;
 	case REQ_OP_DISCARD:
@@ -1107,7 +1146,10 @@ static int rbd_answer_here(struct rbd_target *rt, const struct bio *bio)
 			return -EOPNOTSUPP;
 		return -1;
 	case REQ_OP_FLUSH:
-		return rt->readonly ? 0 : -1;
+		if (rt->readonly)
+			return 0;
+		/* Said once, by rbd_flush_failed. */
+		return rbd_lost(&rt->t) ? -EIO : -1;
 	default:
 		return -1;
 	}
@@ -1151,6 +1193,7 @@ static void rbd_send(struct rbd_target *rt, struct ioq *q, struct bio **bios,
 	io->nr_bios = nr;
 	io->ret = 0;
 	io->issue = false;
+	io->flushing = false;
 	io->iov = io->iov_inline;
 	io->ext = (struct bio_extents){ 0 };
 	io->then_flush = (io->opf & REQ_FUA) && (io->op == REQ_OP_WRITE ||
@@ -1244,6 +1287,7 @@ static const struct target_ops rbd_target_ops = {
 	.start = rbd_start,
 	.unplug = rbd_unplug,
 	.zero_refused = rbd_zero_refused,
+	.lost = rbd_lost,
 };
 
 struct io_stats *rbd_target_stats(struct target *t)
@@ -1790,11 +1834,19 @@ static int rbm_zero(struct mdev *m, uint64_t off, uint64_t len)
 
 static int rbm_sync(struct mdev *m)
 {
+	struct rbd_mdev *rm = container_of(m, struct rbd_mdev, m);
 	rbd_image_t image;
 	int r;
 
 	image = rbm_image(m, &r);
-	return r ? r : rbdlib.rbd_flush(image);
+	if (r)
+		return r;
+	if (atomic_load(&rm->rt.h->lost))
+		return -EIO;
+	r = rbdlib.rbd_flush(image);
+	if (r)
+		rbd_flush_failed(rm->rt.h, rm->rt.t.name, r);
+	return r;
 }
 
 static int rbm_size(struct mdev *m, uint64_t *bytes)

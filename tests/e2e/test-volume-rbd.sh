@@ -45,7 +45,9 @@
 #  - Faults: an OSD that stops answering fails requests with EIO after the
 #    timeout, and serves again once it is back; the OSD stopped and
 #    restarted under fio: EIO replies, no hang, the other export
-#    untouched, service resumes.
+#    untouched, service resumes.  A flush over a write the OSD never
+#    answered fails, and so does every later flush, on any connection
+#    (librbd tells a write-around write's failure to one flush only).
 #  - One-line refusals: an image or pool that is not there, a malformed
 #    name, an option Ceph does not know, one repeated, key= (a secret
 #    for the logs), an image too small, one given twice, a
@@ -721,5 +723,42 @@ for i in range(60):
 else:
     raise SystemExit("service did not resume")
 PY
+stop_server
+
+log "a flush that failed stays failed"
+rbd_cmd create --size 16M rbd/fl || die "rbd create fl"
+start_server --timeout 3 rbd:rbd/fl
+NBD_URI=$NBD_URI OSD_PID=$(osd_pid) nbdpy - <<'PY' || die "a failed flush"
+import os, signal, nbd
+from nbd_e2e import connect
+
+def flush_fails(h, why):
+    try:
+        h.flush()
+    except nbd.Error as e:
+        assert e.errno == "EIO", e
+        return
+    raise SystemExit(why)
+
+osd = int(os.environ["OSD_PID"])
+h = connect()
+h.pwrite(b"a" * 4096, 0)
+h.flush()   # librbd's cache writes through until the first flush
+os.kill(osd, signal.SIGSTOP)
+try:
+    h.pwrite(b"b" * 4096, 0)   # write-around: acknowledged once sent
+    flush_fails(h, "a flush over a write the OSD never answered succeeded")
+finally:
+    os.kill(osd, signal.SIGCONT)
+# librbd told that write's failure to one flush and forgot it: whether it
+# reached the OSD is unknown, so no later flush, on any connection, may
+# say it did.
+h.pread(4096, 0)   # the OSD answers again
+flush_fails(h, "a flush after a failed one succeeded")
+h2 = connect()
+h2.pwrite(b"c" * 4096, 4096)
+flush_fails(h2, "another connection's flush after a failed one succeeded")
+PY
+expect_grep "member rbd:rbd/fl: a flush failed .*every flush fails with EIO from now on" "$SERVER_LOG"
 stop_server
 log "ok ($((SECONDS - t0)) s)"
