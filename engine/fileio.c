@@ -152,6 +152,15 @@ int file_extents(struct file_target *ft, struct bio *bio)
 		off_t data, hole;
 		uint64_t next;
 
+		/*
+		 * Enough (bio_extents_full): the rest of the range goes
+		 * unreported.  The request's first piece answers at least
+		 * its first extent, so every answer makes progress.
+		 */
+		if ((pos > start || base) && bio_extents_full(bio->bi_ext)) {
+			bio->bi_ext->cut = true;
+			break;
+		}
 		if (pos >= eof) {
 			return bio_extents_add(bio->bi_ext, base + pos - start,
 					       end - pos,

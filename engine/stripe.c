@@ -200,12 +200,14 @@ static void stripe_submit(struct target *t, struct bio *bio)
 		struct bio *split;
 
 		/*
-		 * Extents may answer a prefix (bio.h): past the bound, the rest
-		 * ends unreported, so a huge block status costs no more than
-		 * STRIPE_MAX_EXTENT_PIECES lookups.
+		 * Extents may answer a prefix (bio.h): past the bound, or once
+		 * the pieces so far answered enough (members that answer at
+		 * once), the rest ends unreported, so a huge block status
+		 * costs no more than STRIPE_MAX_EXTENT_PIECES lookups.
 		 */
 		if (bio_op(bio) == REQ_OP_EXTENTS &&
-		    pieces++ == STRIPE_MAX_EXTENT_PIECES) {
+		    (pieces++ == STRIPE_MAX_EXTENT_PIECES ||
+		     (bio->bi_ext && bio_extents_full(bio->bi_ext)))) {
 			bio_endio(bio, bio->bi_iter.bi_size, 0);
 			break;
 		}

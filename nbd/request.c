@@ -281,8 +281,11 @@ struct bio *nbdl_bio_alloc(uint16_t type, uint16_t flags, void *buf,
 	} else if (type != NBD_CMD_FLUSH) {
 		bio->bi_iter.bi_size = len;
 	}
-	if (type == NBD_CMD_BLOCK_STATUS)
+	if (type == NBD_CMD_BLOCK_STATUS) {
 		bio->bi_ext = ext;
+		/* One is the most REQ_ONE lets us send: no more lookups. */
+		ext->max = flags & NBD_CMD_FLAG_REQ_ONE ? 1 : 0;
+	}
 	bio->bi_iter.bi_sector = offset >> SECTOR_SHIFT;
 	return bio;
 }
@@ -514,8 +517,12 @@ int nbdl_extents_finish(struct bio_extents *ext, uint64_t span_start,
 	for (i = 0; i < ext->nr && n < max_extents && covered < count; i++) {
 		struct bio_extent x = ext->v[i];
 
-		if (x.offset != next || !x.length)
+		if (x.offset != next || !x.length) {
+			/* After a piece that stopped short, a gap ends it. */
+			if (ext->cut && x.offset > next && n)
+				break;
 			return -EIO; /* a gap or an overlap */
+		}
 		next = x.offset + x.length;
 		if (next <= skip)
 			continue; /* wholly before @offset (widened span) */
@@ -581,6 +588,7 @@ static int do_request(struct nbdl_export *e, uint16_t type, uint16_t flags,
 		/* An answer may cover less than was asked. */
 		if (n > NBDL_MAX_SPAN)
 			n = NBDL_MAX_SPAN;
+		ext->max = flags & NBD_CMD_FLAG_REQ_ONE ? 1 : 0;
 		r = do_direct(e, opf, NULL, s.start, n, ext);
 		if (s.start + n - offset < len)
 			len = (uint32_t)(s.start + n - offset);

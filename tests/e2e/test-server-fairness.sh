@@ -6,7 +6,8 @@
 #    3 s, or
 #  - trickles a 32 MiB write payload a few bytes at a time for 3 s, or
 #  - streams pipelined 1 MiB and 32 MiB writes as fast as it can, or
-#  - streams pipelined 32 MiB reads, reading each reply at once,
+#  - streams pipelined 32 MiB reads, reading each reply at once, or
+#  - sends 256 block status requests over 16384 extents, reading none,
 # client B's 4 KiB read and write each complete within 1 s (a liveness
 # bound, not a speed test), and afterwards A's replies and data are right.
 # Both backends with the members on disk (page cache), and once on tmpfs,
@@ -141,6 +142,42 @@ worst = while_a_runs(reads, "A streaming 32 MiB reads")
 check(not bad, f"A's streamed reads {bad} came back wrong")
 log(f"ok A streaming 32 MiB reads: B's worst {worst * 1000:.1f} ms")
 a.close()
+
+# ---- block status of a fragmented range: each answer is a bounded
+# prefix (its hole lookups and memory).  [0, 64 MiB) gets 4 KiB of
+# data every 8 KiB: 16384 extents; A asks for all of it 256 times in one
+# send and reads no answer while B works.
+import struct
+s = raw.Raw(sock)
+s.start(True)
+s.send_opt(raw.OPT_SET_META_CONTEXT, s.meta_data("", ["base:allocation"]))
+check(s.opt_replies(raw.OPT_SET_META_CONTEXT)[-1][0] == raw.REP_ACK,
+      "SET_META_CONTEXT base:allocation")
+s.go()
+s.send(b"".join(s.req_bytes(raw.CMD_WRITE, 600 + i, i * 8192, 4096,
+                            payload=b"\x5f" * 4096) for i in range(8192)))
+for _ in range(8192):
+    check(s.error_of(s.full_reply()) == 0, "a fragmenting write")
+s.send(b"".join(s.req_bytes(raw.CMD_BLOCK_STATUS, 20000 + i, 0, 64 * MIB)
+                for i in range(256)))
+worst = 0
+end = time.monotonic() + 2
+while time.monotonic() < end:
+    worst = max(worst, neighbour("A's block status of 16384 extents"))
+    time.sleep(0.05)
+for _ in range(256):
+    chunks = s.full_reply()
+    check(s.error_of(chunks) == 0, "A's block status")
+    desc = b"".join(c.payload[4:] for c in chunks
+                    if c.type == raw.REPLY_TYPE_BLOCK_STATUS)
+    ext = [struct.unpack(">II", desc[i:i + 8]) for i in range(0, len(desc), 8)]
+    check(0 < len(ext) <= 512,
+          f"a block status answer of {len(ext)} extents (at most 512)")
+    check(all(n == 4096 and f == (0 if j % 2 == 0 else 3)
+              for j, (n, f) in enumerate(ext)),
+          f"block status answer {ext[:4]}...: not 4 KiB data, 4 KiB hole")
+s.close()
+log(f"ok A's 256 block status requests: B's worst {worst * 1000:.1f} ms")
 b.shutdown()
 PY
     stop_bionbd

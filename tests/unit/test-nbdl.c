@@ -258,6 +258,22 @@ static void test_extents(void)
 	add(&e, 1024, 512, H);
 	CHECK_EQ(nbdl_extents_finish(&e, 0, 0, 1536, SIZE_MAX), -EIO);
 	bio_extents_free(&e);
+	/* unless a member stopped short there (BIO_EXTENTS_MAX): a prefix */
+	add(&e, 0, 512, 0);
+	add(&e, 1024, 512, H);
+	e.cut = true;
+	CHECK_EQ(nbdl_extents_finish(&e, 0, 0, 1536, SIZE_MAX), 0);
+	CHECK_EQ(e.nr, 1);
+	CHECK_EQ(e.v[0].length, 512);
+	bio_extents_free(&e);
+	e.cut = false;
+	/* an overlap stays an error, cut or not */
+	add(&e, 0, 1024, 0);
+	add(&e, 512, 1024, H);
+	e.cut = true;
+	CHECK_EQ(nbdl_extents_finish(&e, 0, 0, 1536, SIZE_MAX), -EIO);
+	bio_extents_free(&e);
+	e.cut = false;
 	/* so is an answer that does not start at the span */
 	add(&e, 512, 512, 0);
 	CHECK_EQ(nbdl_extents_finish(&e, 0, 0, 1024, SIZE_MAX), -EIO);

@@ -255,9 +255,10 @@ int nbdl_do(struct nbdl_export *e, uint16_t type, uint16_t flags, void *buf,
  *       @max_extents entries
  * @span_start: volume offset the engine's offsets count from (<= @offset)
  *
- * A prefix of the range is a valid answer (the spec allows it).  Returns 0,
- * or -EIO when the engine's answer has a gap or overlap or does not reach
- * @offset.
+ * A prefix of the range is a valid answer (the spec allows it): it ends at
+ * a gap after a member stopped short (@ext->cut, BIO_EXTENTS_MAX).
+ * Returns 0, or -EIO when the engine's answer has any other gap, an
+ * overlap, or does not reach @offset.
  */
 int nbdl_extents_finish(struct bio_extents *ext, uint64_t span_start,
 			uint64_t offset, uint64_t count, size_t max_extents);
