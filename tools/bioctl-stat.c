@@ -434,37 +434,32 @@ int cmd_stat(int argc, char **argv)
 	bool json = false;
 	int ch, r;
 
-	while ((ch = getopt_long(argc, argv, "i:n:", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":i:n:", longopts, NULL)) != -1) {
 		char *end;
 
 		switch (ch) {
 		case 'i':
 			interval = strtod(optarg, &end);
-			if (*end || !(interval >= 0.1 && interval <= 86400)) {
-				fprintf(stderr,
-					"bioctl stat: --interval %s: expected seconds, 0.1 to 86400\n",
-					optarg);
-				return 2;
-			}
+			if (*end || !(interval >= 0.1 && interval <= 86400))
+				return usage_error("--interval %s: expected "
+						   "seconds, 0.1 to 86400",
+						   optarg);
 			break;
 		case 'n':
 			count = strtol(optarg, &end, 10);
-			if (*end || count < 1) {
-				fprintf(stderr,
-					"bioctl stat: --count %s: expected a number of reports, 1 or more\n",
-					optarg);
-				return 2;
-			}
+			if (*end || count < 1)
+				return usage_error("--count %s: expected a "
+						   "number of reports, 1 or "
+						   "more", optarg);
 			break;
 		case 'j': json = true; break;
-		default: return 2;
+		default: return bad_option("stat", ch, argv, longopts);
 		}
 	}
-	if (optind != argc - 1) {
-		fprintf(stderr,
-			"bioctl stat: give one control socket or pidfile\n");
-		return 2;
-	}
+	if (optind != argc - 1)
+		return usage_error("stat: give one SOCKET or PIDFILE (%d "
+				   "given); try 'bioctl stat --help'",
+				   argc - optind);
 	/* A document is for a script: one, unless more are asked for. */
 	if (json && !count)
 		count = 1;

@@ -141,6 +141,62 @@ static int fail(const char *fmt, ...)
 	return 1;
 }
 
+int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("bioctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 2;
+}
+
+/*
+ * getopt_long leaves only optopt and optind to say which word it did not
+ * take.  A long option always moved optind past its word; optopt is 0 for
+ * one it does not know or cannot tell (ambiguous), else the option's
+ * value, and then the word is the option missing its value or one given
+ * a value it does not take (--force=1).  Anything else is a short option,
+ * named by its letter: its word may be a cluster (-fx) that optind has
+ * not left yet.
+ */
+int bad_option(const char *cmd, int ch, char *const *argv,
+	       const struct option *longopts)
+{
+	const char *w = argv[optind - 1];
+	size_t len = strcspn(w, "=");
+	const struct option *hit = NULL;
+	int matches = 0;
+	bool is_long = !strncmp(w, "--", 2) && len > 2;
+
+	for (const struct option *o = longopts; is_long && o->name; o++)
+		if (!strncmp(o->name, w + 2, len - 2)) {
+			matches++;
+			if (o->val == optopt)
+				hit = o;
+		}
+	if (is_long && optopt)
+		is_long = hit && (ch == ':' || w[len] == '=');
+	if (!is_long) {
+		if (ch == ':')
+			return usage_error("-%c: a value is missing", optopt);
+		return usage_error("-%c: unknown option; try 'bioctl %s "
+				   "--help'", optopt, cmd);
+	}
+	if (ch == ':')
+		return usage_error("--%s: a value is missing", hit->name);
+	if (optopt)
+		return usage_error("--%s: takes no value (%s given)",
+				   hit->name, w);
+	if (matches > 1)
+		return usage_error("%.*s: ambiguous option; try 'bioctl %s "
+				   "--help'", (int)len, w, cmd);
+	return usage_error("%.*s: unknown option; try 'bioctl %s --help'",
+			   (int)len, w, cmd);
+}
+
 /* ---- create ---- */
 
 /* What an existing member holds that a new superblock would destroy. */
@@ -427,7 +483,7 @@ static int cmd_create(int argc, char **argv)
 	unsigned long k = 0;
 	int ch, n;
 
-	while ((ch = getopt_long(argc, argv, "f", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":f", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'l':
 			if (!strcmp(optarg, "raid0"))
@@ -467,7 +523,7 @@ static int cmd_create(int argc, char **argv)
 			offset_set = true;
 			break;
 		case 'f': o.force = true; break;
-		default: usage(stderr); return 2;
+		default: return bad_option("create", ch, argv, longopts);
 		}
 	}
 	if (!offset_set)
@@ -478,10 +534,9 @@ static int cmd_create(int argc, char **argv)
 	    o.data_offset % o.chunk || o.data_offset > (1ull << 40))
 		return fail("--data-offset %" PRIu64 ": a multiple of 4K and "
 			    "of the stripe size, 4K to 1T", o.data_offset);
-	if (optind >= argc) {
-		usage(stderr);
-		return 2;
-	}
+	if (optind >= argc)
+		return usage_error("create: no MEMBER given; try 'bioctl "
+				   "create --help'");
 	n = argc - optind;
 	switch (o.level) {
 	case SB_LEVEL_RAID0:
@@ -741,18 +796,15 @@ static int cmd_info(int argc, char **argv)
 	char why[512];
 	int ch, n, ar;
 
-	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		if (ch != 'j') {
-			usage(stderr);
-			return 2;
-		}
+	while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+		if (ch != 'j')
+			return bad_option("info", ch, argv, longopts);
 		json = true;
 	}
 	n = argc - optind;
-	if (n < 1) {
-		usage(stderr);
-		return 2;
-	}
+	if (n < 1)
+		return usage_error("info: no MEMBER given; try 'bioctl info "
+				   "--help'");
 	mi = calloc((size_t)n, sizeof(*mi));
 	v = malloc(sizeof(*v));
 	if (!mi || !v) {
@@ -1206,21 +1258,22 @@ static int cmd_check(int argc, char **argv)
 	char why[512];
 	int ch, n, r;
 
-	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		if (ch == 'r') {
-			repair = true;
-			continue;
-		}
-		if (ch != 'F' || parse_size(optarg, &from)) {
-			usage(stderr);
-			return 2;
+	while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'r': repair = true; break;
+		case 'F':
+			if (parse_size(optarg, &from))
+				return usage_error("--from %s: expected a size "
+						   "(a volume offset, e.g. 4G)",
+						   optarg);
+			break;
+		default: return bad_option("check", ch, argv, longopts);
 		}
 	}
 	n = argc - optind;
-	if (n < 1) {
-		usage(stderr);
-		return 2;
-	}
+	if (n < 1)
+		return usage_error("check: no MEMBER given; try 'bioctl check "
+				   "--help'");
 	v = malloc(sizeof(*v));
 	if (!v)
 		return fail("out of memory");
@@ -1568,7 +1621,7 @@ static int cmd_convert(int argc, char **argv)
 	char err[256];
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'S':
 			if (conf_parse_chunk(optarg, &o.c.chunk, err,
@@ -1589,16 +1642,15 @@ static int cmd_convert(int argc, char **argv)
 			if (parse_rate(optarg, &o.max_rate))
 				return 1;
 			break;
-		default: usage(stderr); return 2;
+		default: return bad_option("convert", ch, argv, longopts);
 		}
 	}
 	if (!o.c.chunk)
 		return fail("convert: --stripe-size is required (the stripe "
 			    "size the volume was served with)");
-	if (optind >= argc) {
-		usage(stderr);
-		return 2;
-	}
+	if (optind >= argc)
+		return usage_error("convert: no MEMBER given; try 'bioctl "
+				   "convert --help'");
 	o.c.data_offset = o.c.chunk > SB_DEFAULT_DATA_OFFSET ?
 				  o.c.chunk :
 				  SB_DEFAULT_DATA_OFFSET;
@@ -2264,7 +2316,7 @@ static int cmd_rebuild(int argc, char **argv)
 	unsigned long role;
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "f", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":f", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'r':
 			o.old = optarg;
@@ -2289,23 +2341,25 @@ static int cmd_rebuild(int argc, char **argv)
 				return 1;
 			break;
 		case 'f': o.force = true; break;
-		default: usage(stderr); return 2;
+		default: return bad_option("rebuild", ch, argv, longopts);
 		}
 	}
-	if (!o.new_path || optind >= argc) {
-		usage(stderr);
-		return 2;
-	}
+	if (!o.new_path)
+		return usage_error("rebuild: --replace OLD NEW or --role R NEW "
+				   "is missing; try 'bioctl rebuild --help'");
+	if (optind >= argc)
+		return usage_error("rebuild: no MEMBER given; try 'bioctl "
+				   "rebuild --help'");
 	catch_interrupts();
 	return do_rebuild(&o, argv + optind, argc - optind);
 }
 
 int main(int argc, char **argv)
 {
-	if (argc < 2) {
-		usage(stderr);
-		return 2;
-	}
+	/* Each command names a bad option in a line of its own. */
+	opterr = 0;
+	if (argc < 2)
+		return usage_error("no command given; try 'bioctl --help'");
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		usage(stdout);
 		return 0;
@@ -2324,7 +2378,6 @@ int main(int argc, char **argv)
 		return cmd_stat(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "trace"))
 		return cmd_trace(argc - 1, argv + 1);
-	fprintf(stderr, "bioctl: unknown command '%s'\n", argv[1]);
-	usage(stderr);
-	return 2;
+	return usage_error("%s: unknown command; try 'bioctl --help'",
+			   argv[1]);
 }

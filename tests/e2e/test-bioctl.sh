@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Description: bioctl check.  On a fresh volume: exit 0 and every byte of
+# Description: bioctl usage errors (a bad or missing option value, an
+# unknown or ambiguous option, no command, no member, a missing
+# SOCKET or FILE) in every command: exit 2, nothing on stdout and one line
+# on stderr naming the option and the value, no usage.  bioctl
+# check.  On a fresh volume: exit 0 and every byte of
 # data read.  With a member too short for its share (the server refuses
 # it), the ranges past its end are reported as unreadable with member
 # offsets, exit 1.  Members that do not make a volume (one missing, or
@@ -21,6 +25,44 @@ source "$(dirname "$0")/functions.sh"
 [[ -x $BIOCTL ]] || die "$BIOCTL not built"
 make_tmpdir
 cd "$tmp"
+
+# usage_error WANT ARGS...: "bioctl ARGS" exits 2 with nothing on stdout
+# and exactly one line on stderr: "bioctl: " then WANT (ERE), no usage.
+usage_error() {
+    local want=$1 rc=0
+    shift
+    "$BIOCTL" "$@" >out 2>err || rc=$?
+    [[ $rc -eq 2 ]] || die "bioctl $*: exit $rc (want 2): $(cat out err)"
+    [[ $(wc -l <err) -eq 1 ]] || die "bioctl $*: not one line: $(cat err)"
+    [[ ! -s out ]] || die "bioctl $*: output on stdout: $(cat out)"
+    expect_grep "^bioctl: $want" err
+}
+
+log "usage errors: one line naming the option or what is missing, exit 2"
+usage_error '--from 1\.5G: expected a size' check --from 1.5G u0 u1
+usage_error '--from abc: expected a size' check --from abc u0 u1
+usage_error '--from: a value is missing$' check u0 u1 --from
+usage_error "--bogus: unknown option; try 'bioctl create --help'$" create --bogus u0
+usage_error "-x: unknown option; try 'bioctl check --help'$" check -x u0
+usage_error "--json: takes no value \(--json=1 given\)$" info --json=1 u0
+usage_error "--s: ambiguous option; try 'bioctl create --help'$" create --s 4G u0
+usage_error "-i: a value is missing$" stat -i
+usage_error "--count 0: expected a number of reports" stat -n 0 u0
+usage_error "--frob: unknown option; try 'bioctl stat --help'$" stat --frob u0
+usage_error "--op bad: expected read, " trace -o bad u0
+usage_error "--bogus: unknown option; try 'bioctl trace --help'$" trace --bogus u0
+usage_error "no command given; try 'bioctl --help'$"
+usage_error "frob: unknown command; try 'bioctl --help'$" frob
+for cmd in create info check convert rebuild; do
+    extra=()
+    [[ $cmd != convert ]] || extra=(--stripe-size 64K)
+    [[ $cmd != rebuild ]] || extra=(--replace u0 u1)
+    usage_error "$cmd: no MEMBER given; try 'bioctl $cmd --help'$" $cmd "${extra[@]}"
+done
+usage_error "rebuild: --replace OLD NEW or --role R NEW is missing" rebuild u0
+usage_error "stat: give one SOCKET or PIDFILE \(0 given\)" stat
+usage_error "trace: give one FILE \(2 given\)" trace u0 u1
+[[ ! -e u0 && ! -e u1 ]] || die "a usage error created a member"
 
 log "a fresh volume: clean"
 expect_ok "$BIOCTL" create --name small --size 16M a b c
