@@ -46,7 +46,9 @@
  * clean, or repaired; rebuild: NEW active); 1 refused or failed (info: not
  * a complete volume, or headerless; check: unreadable ranges, or copies
  * that differ; rebuild: also interrupted); 2 usage, or (check) members
- * that do not make a volume.
+ * that do not make a volume.  A usage error is whatever the command line
+ * alone gets wrong, caught before any member is opened and told in one
+ * line; what depends on the members is refused (1).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -370,18 +372,22 @@ static int do_create(const struct create_opts *o, char **paths, int n)
 	struct mdev *md[SB_MAX_ROLES] = { 0 }, local[SB_MAX_ROLES];
 	struct stat st[SB_MAX_ROLES];
 
+	/* What the command line alone gets wrong: before any member opens. */
 	if (n < 1 || n > (int)SB_MAX_ROLES)
-		return fail("create: 1 to %u members, %d given", SB_MAX_ROLES,
-			    n);
+		return usage_error("create: 1 to %u members, %d given",
+				   SB_MAX_ROLES, n);
 	if (strlen(o->name) >= SB_NAME_BYTES)
-		return fail("--name %s: at most %u bytes", o->name,
-			    SB_NAME_BYTES - 1);
+		return usage_error("--name %s: at most %u bytes", o->name,
+				   SB_NAME_BYTES - 1);
+	if (o->size && (o->size % 512 || o->size > (1ull << 60)))
+		return usage_error("--size %" PRIu64 ": not a multiple of 512 "
+				   "up to 1E", o->size);
 	if (sb_redundant(o->level) ?
 		    mirror_geom_init(&mg, (unsigned int)n, o->copies, o->chunk) :
 		    stripe_geom_init(&g, (unsigned int)n, o->chunk))
-		return fail("create: %s with %u copies on %d members is not a "
-			    "valid geometry", sb_level_name(o->level),
-			    o->copies, n);
+		return usage_error("create: %s with %u copies on %d members is "
+				   "not a valid geometry",
+				   sb_level_name(o->level), o->copies, n);
 	for (int i = 0; i < n; i++)
 		fds[i] = -1;
 	for (int i = 0; i < n; i++) {
@@ -493,33 +499,34 @@ static int cmd_create(int argc, char **argv)
 			else if (!strcmp(optarg, "raid10"))
 				o.level = SB_LEVEL_RAID10;
 			else
-				return fail("--level %s: raid0, raid1 or "
-					    "raid10", optarg);
+				return usage_error("--level %s: raid0, raid1 "
+						   "or raid10", optarg);
 			break;
 		case 'k':
 			errno = 0;
 			k = strtoul(optarg, &end, 10);
 			if (errno || end == optarg || *end || optarg[0] == '-' ||
 			    k > SB_MAX_ROLES)
-				return fail("--copies %s: expected a number of "
-					    "copies, 2 to %u", optarg,
-					    SB_MAX_ROLES);
+				return usage_error("--copies %s: expected a "
+						   "number of copies, 2 to %u",
+						   optarg, SB_MAX_ROLES);
 			copies = optarg;
 			break;
 		case 'S':
 			if (conf_parse_chunk(optarg, &o.chunk, err, sizeof(err)))
-				return fail("--stripe-size %s: %s", optarg, err);
+				return usage_error("--stripe-size %s: %s",
+						   optarg, err);
 			break;
 		case 's':
 			if (parse_size(optarg, &o.size) || !o.size)
-				return fail("--size %s: expected a size (e.g. 4G)",
-					    optarg);
+				return usage_error("--size %s: expected a size "
+						   "(e.g. 4G)", optarg);
 			break;
 		case 'n': o.name = optarg; break;
 		case 'D':
 			if (parse_size(optarg, &o.data_offset))
-				return fail("--data-offset %s: expected a size",
-					    optarg);
+				return usage_error("--data-offset %s: expected "
+						   "a size", optarg);
 			offset_set = true;
 			break;
 		case 'f': o.force = true; break;
@@ -532,8 +539,9 @@ static int cmd_create(int argc, char **argv)
 					SB_DEFAULT_DATA_OFFSET;
 	if (o.data_offset < SB_BYTES || o.data_offset % 4096 ||
 	    o.data_offset % o.chunk || o.data_offset > (1ull << 40))
-		return fail("--data-offset %" PRIu64 ": a multiple of 4K and "
-			    "of the stripe size, 4K to 1T", o.data_offset);
+		return usage_error("--data-offset %" PRIu64 ": a multiple of "
+				   "4K and of the stripe size, 4K to 1T",
+				   o.data_offset);
 	if (optind >= argc)
 		return usage_error("create: no MEMBER given; try 'bioctl "
 				   "create --help'");
@@ -541,35 +549,37 @@ static int cmd_create(int argc, char **argv)
 	switch (o.level) {
 	case SB_LEVEL_RAID0:
 		if (copies)
-			return fail("--copies %s: only raid1 and raid10 keep "
-				    "copies (this is --level raid0)", copies);
+			return usage_error("--copies %s: only raid1 and raid10 "
+					   "keep copies (this is --level "
+					   "raid0)", copies);
 		break;
 	case SB_LEVEL_RAID1:
 		if (n < 2)
-			return fail("--level raid1: at least 2 members, %d "
-				    "given", n);
+			return usage_error("--level raid1: at least 2 members, "
+					   "%d given", n);
 		if (copies && k != (unsigned long)n)
-			return fail("--copies %s: raid1 keeps a copy on every "
-				    "member (%d here)", copies, n);
+			return usage_error("--copies %s: raid1 keeps a copy on "
+					   "every member (%d here)", copies, n);
 		o.copies = (uint32_t)n;
 		break;
 	default:
 		if (n < 2)
-			return fail("--level raid10: at least 2 members, %d "
-				    "given", n);
+			return usage_error("--level raid10: at least 2 "
+					   "members, %d given", n);
 		if (copies && (k < 2 || k > (unsigned long)n))
-			return fail("--copies %s: 2 to %d (the members) for "
-				    "raid10", copies, n);
+			return usage_error("--copies %s: 2 to %d (the members) "
+					   "for raid10", copies, n);
 		o.copies = copies ? (uint32_t)k : 2;
 		break;
 	}
 	/* A mirror's bitmap block lies between the superblock and the data. */
 	if (sb_redundant(o.level) &&
 	    o.data_offset < SB_BITMAP_OFFSET + SB_BITMAP_BYTES)
-		return fail("--data-offset %" PRIu64 ": at least %u for %s "
-			    "(the superblock and the bitmap come first)",
-			    o.data_offset, SB_BITMAP_OFFSET + SB_BITMAP_BYTES,
-			    sb_level_name(o.level));
+		return usage_error("--data-offset %" PRIu64 ": at least %u for "
+				   "%s (the superblock and the bitmap come "
+				   "first)", o.data_offset,
+				   SB_BITMAP_OFFSET + SB_BITMAP_BYTES,
+				   sb_level_name(o.level));
 	return do_create(&o, argv + optind, n);
 }
 
@@ -1376,13 +1386,14 @@ struct convert_opts {
 	double max_rate; /* bytes a second; 0 = as fast as it goes */
 };
 
-/* --max-rate RATE: bytes a second into *@rate; 0, or 1 with a message. */
+/* --max-rate RATE: bytes a second into *@rate; 0, or 2 with a message. */
 static int parse_rate(const char *arg, double *rate)
 {
 	uint64_t r;
 
 	if (parse_size(arg, &r) || !r)
-		return fail("--max-rate %s: bytes a second, e.g. 100M", arg);
+		return usage_error("--max-rate %s: bytes a second, e.g. 100M",
+				   arg);
 	*rate = (double)r;
 	return 0;
 }
@@ -1459,8 +1470,8 @@ static int do_convert(const struct convert_opts *o, char **paths, int n)
 	if (local_only("convert", paths, n))
 		return 1;
 	if (n < 1 || n > (int)SB_MAX_ROLES)
-		return fail("convert: 1 to %u members, %d given", SB_MAX_ROLES,
-			    n);
+		return usage_error("convert: 1 to %u members, %d given",
+				   SB_MAX_ROLES, n);
 	stripe_geom_init(&g, (unsigned int)n, co->chunk);
 	for (int i = 0; i < n; i++, opened++) {
 		fds[i] = open(paths[i], O_RDWR | O_CLOEXEC);
@@ -1626,28 +1637,31 @@ static int cmd_convert(int argc, char **argv)
 		case 'S':
 			if (conf_parse_chunk(optarg, &o.c.chunk, err,
 					     sizeof(err)))
-				return fail("--stripe-size %s: %s", optarg, err);
+				return usage_error("--stripe-size %s: %s",
+						   optarg, err);
 			break;
 		case 's':
 			if (parse_size(optarg, &o.c.size) || !o.c.size)
-				return fail("--size %s: expected a size", optarg);
+				return usage_error("--size %s: expected a size",
+						   optarg);
 			break;
 		case 'n':
 			if (strlen(optarg) >= SB_NAME_BYTES)
-				return fail("--name %s: at most %u bytes", optarg,
-					    SB_NAME_BYTES - 1);
+				return usage_error("--name %s: at most %u "
+						   "bytes", optarg,
+						   SB_NAME_BYTES - 1);
 			o.c.name = optarg;
 			break;
 		case 'R':
 			if (parse_rate(optarg, &o.max_rate))
-				return 1;
+				return 2;
 			break;
 		default: return bad_option("convert", ch, argv, longopts);
 		}
 	}
 	if (!o.c.chunk)
-		return fail("convert: --stripe-size is required (the stripe "
-			    "size the volume was served with)");
+		return usage_error("convert: --stripe-size is required (the "
+				   "stripe size the volume was served with)");
 	if (optind >= argc)
 		return usage_error("convert: no MEMBER given; try 'bioctl "
 				   "convert --help'");
@@ -1757,9 +1771,6 @@ static bool rb_ours(const struct rebuild *rb, const struct rb_file *f)
 /* MEMBER... opened and locked, OLD set aside, NEW refused among them. */
 static int rb_members(struct rebuild *rb, char **members, int n)
 {
-	if (n > (int)SB_MAX_ROLES)
-		return fail("rebuild: at most %u members, %d given",
-			    SB_MAX_ROLES, n);
 	for (int i = 0; i < n; i++) {
 		struct rb_file *f = &rb->m[rb->n];
 
@@ -2329,8 +2340,9 @@ static int cmd_rebuild(int argc, char **argv)
 			role = strtoul(optarg, &end, 10);
 			if (errno || end == optarg || *end || optarg[0] == '-' ||
 			    role >= SB_MAX_ROLES)
-				return fail("--role %s: expected a role number, "
-					    "0 to %u", optarg, SB_MAX_ROLES - 1);
+				return usage_error("--role %s: expected a role "
+						   "number, 0 to %u", optarg,
+						   SB_MAX_ROLES - 1);
 			o.role = (unsigned int)role;
 			snprintf(opt, sizeof(opt), "--role %s", optarg);
 			if (rb_take_new(argc, argv, opt, &o))
@@ -2338,7 +2350,7 @@ static int cmd_rebuild(int argc, char **argv)
 			break;
 		case 'R':
 			if (parse_rate(optarg, &o.max_rate))
-				return 1;
+				return 2;
 			break;
 		case 'f': o.force = true; break;
 		default: return bad_option("rebuild", ch, argv, longopts);
@@ -2350,6 +2362,9 @@ static int cmd_rebuild(int argc, char **argv)
 	if (optind >= argc)
 		return usage_error("rebuild: no MEMBER given; try 'bioctl "
 				   "rebuild --help'");
+	if (argc - optind > (int)SB_MAX_ROLES)
+		return usage_error("rebuild: at most %u members, %d given",
+				   SB_MAX_ROLES, argc - optind);
 	catch_interrupts();
 	return do_rebuild(&o, argv + optind, argc - optind);
 }

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # Description: bioctl usage errors (a bad or missing option value, an
 # unknown or ambiguous option, no command, no member, a missing
-# SOCKET or FILE) in every command: exit 2, nothing on stdout and one line
-# on stderr naming the option and the value, no usage.  bioctl
+# SOCKET or FILE, convert without --stripe-size) in every command: exit
+# 2, nothing on stdout and one line on stderr naming the option and the
+# value, no usage, no member created.  bioctl
 # check.  On a fresh volume: exit 0 and every byte of
 # data read.  With a member too short for its share (the server refuses
 # it), the ranges past its end are reported as unreadable with member
@@ -62,6 +63,14 @@ done
 usage_error "rebuild: --replace OLD NEW or --role R NEW is missing" rebuild u0
 usage_error "stat: give one SOCKET or PIDFILE \(0 given\)" stat
 usage_error "trace: give one FILE \(2 given\)" trace u0 u1
+usage_error '--size 1\.5G: expected a size' create --size 1.5G u0 u1
+usage_error '--size 1000: not a multiple of 512' create --size 1000 u0 u1
+usage_error '--name x{64}: at most 63 bytes' create --name "$(printf 'x%.0s' {1..64})" u0
+usage_error '--stripe-size 3000: ' convert --stripe-size 3000 u0 u1
+usage_error '--max-rate -5: ' convert --stripe-size 64K --max-rate -5 u0 u1
+usage_error '--max-rate 0: ' rebuild --max-rate 0 u0 --replace u0 u1
+usage_error '--role x: expected a role number' rebuild --role x u1 u0
+usage_error 'convert: --stripe-size is required' convert u0 u1
 [[ ! -e u0 && ! -e u1 ]] || die "a usage error created a member"
 
 log "a fresh volume: clean"
