@@ -426,6 +426,7 @@ int cmd_stat(int argc, char **argv)
 		{ "interval", required_argument, NULL, 'i' },
 		{ "count", required_argument, NULL, 'n' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct report prev = { 0 }, cur;
@@ -434,7 +435,7 @@ int cmd_stat(int argc, char **argv)
 	bool json = false;
 	int ch, r;
 
-	while ((ch = getopt_long(argc, argv, ":i:n:", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":i:n:h", longopts, NULL)) != -1) {
 		char *end;
 
 		switch (ch) {
@@ -453,6 +454,7 @@ int cmd_stat(int argc, char **argv)
 						   "more", optarg);
 			break;
 		case 'j': json = true; break;
+		case 'h': usage(stdout); return 0;
 		default: return bad_option("stat", ch, argv, longopts);
 		}
 	}

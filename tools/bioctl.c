@@ -14,6 +14,8 @@
  *   bioctl stat [-i SECONDS] [-n COUNT] [--json] SOCKET|PIDFILE
  *   bioctl trace [-m MEMBER] [-e EXPORT] [-o OPS] [-r RANGE] [--min-lat US]
  *                [--max-lat US] [-a ACTIONS] [-s | --json] FILE
+ *   bioctl [COMMAND] --help
+ *   bioctl --version
  *
  * create writes a superblock on every member, role i for the i-th member
  * given, creating or extending sparse files as the size needs; it refuses
@@ -75,7 +77,7 @@
 
 #include "bioctl.h"
 
-static void usage(FILE *f)
+void usage(FILE *f)
 {
 	fputs("Usage: bioctl create [--level raid0|raid1|raid10] [--copies K]\n"
 	      "                     [--stripe-size SIZE] [--size SIZE] [--name NAME]\n"
@@ -90,6 +92,8 @@ static void usage(FILE *f)
 	      "       bioctl trace [-m MEMBER] [-e EXPORT] [-o OPS] [-r RANGE]\n"
 	      "                    [--min-lat US] [--max-lat US] [-a ACTIONS]\n"
 	      "                    [-s | --json] FILE\n"
+	      "       bioctl [COMMAND] --help\n"
+	      "       bioctl --version\n"
 	      "\n"
 	      "create: write a superblock on every member (role i = the i-th MEMBER),\n"
 	      "        creating or extending sparse files to hold SIZE; refuses members\n"
@@ -479,6 +483,7 @@ static int cmd_create(int argc, char **argv)
 		{ "name", required_argument, NULL, 'n' },
 		{ "data-offset", required_argument, NULL, 'D' },
 		{ "force", no_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct create_opts o = { .chunk = STRIPE_DEFAULT_CHUNK, .name = "",
@@ -489,7 +494,7 @@ static int cmd_create(int argc, char **argv)
 	unsigned long k = 0;
 	int ch, n;
 
-	while ((ch = getopt_long(argc, argv, ":f", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":fh", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'l':
 			if (!strcmp(optarg, "raid0"))
@@ -530,6 +535,7 @@ static int cmd_create(int argc, char **argv)
 			offset_set = true;
 			break;
 		case 'f': o.force = true; break;
+		case 'h': usage(stdout); return 0;
 		default: return bad_option("create", ch, argv, longopts);
 		}
 	}
@@ -798,6 +804,7 @@ static int cmd_info(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct member_info *mi = NULL;
@@ -806,7 +813,11 @@ static int cmd_info(int argc, char **argv)
 	char why[512];
 	int ch, n, ar;
 
-	while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		if (ch == 'h') {
+			usage(stdout);
+			return 0;
+		}
 		if (ch != 'j')
 			return bad_option("info", ch, argv, longopts);
 		json = true;
@@ -1260,6 +1271,7 @@ static int cmd_check(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "from", required_argument, NULL, 'F' },
 		{ "repair", no_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct sb_volume *v;
@@ -1268,7 +1280,7 @@ static int cmd_check(int argc, char **argv)
 	char why[512];
 	int ch, n, r;
 
-	while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'r': repair = true; break;
 		case 'F':
@@ -1277,6 +1289,7 @@ static int cmd_check(int argc, char **argv)
 						   "(a volume offset, e.g. 4G)",
 						   optarg);
 			break;
+		case 'h': usage(stdout); return 0;
 		default: return bad_option("check", ch, argv, longopts);
 		}
 	}
@@ -1626,13 +1639,14 @@ static int cmd_convert(int argc, char **argv)
 		{ "size", required_argument, NULL, 's' },
 		{ "name", required_argument, NULL, 'n' },
 		{ "max-rate", required_argument, NULL, 'R' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct convert_opts o = { .c = { .chunk = 0, .name = "" } };
 	char err[256];
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'S':
 			if (conf_parse_chunk(optarg, &o.c.chunk, err,
@@ -1656,6 +1670,7 @@ static int cmd_convert(int argc, char **argv)
 			if (parse_rate(optarg, &o.max_rate))
 				return 2;
 			break;
+		case 'h': usage(stdout); return 0;
 		default: return bad_option("convert", ch, argv, longopts);
 		}
 	}
@@ -2320,6 +2335,7 @@ static int cmd_rebuild(int argc, char **argv)
 		{ "role", required_argument, NULL, 'o' },
 		{ "max-rate", required_argument, NULL, 'R' },
 		{ "force", no_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct rebuild_opts o = { .role = SB_ROLE_NONE };
@@ -2327,7 +2343,7 @@ static int cmd_rebuild(int argc, char **argv)
 	unsigned long role;
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, ":f", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":fh", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'r':
 			o.old = optarg;
@@ -2353,6 +2369,7 @@ static int cmd_rebuild(int argc, char **argv)
 				return 2;
 			break;
 		case 'f': o.force = true; break;
+		case 'h': usage(stdout); return 0;
 		default: return bad_option("rebuild", ch, argv, longopts);
 		}
 	}
@@ -2377,6 +2394,10 @@ int main(int argc, char **argv)
 		return usage_error("no command given; try 'bioctl --help'");
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("bioctl %s\n", BIONBD_VERSION);
 		return 0;
 	}
 	if (!strcmp(argv[1], "create"))

@@ -5,7 +5,12 @@
 #ifndef BIONBD_BIOCTL_H
 #define BIONBD_BIOCTL_H
 
+#include <stdio.h>
+
 struct option;
+
+/* The usage of every command, on @f. */
+void usage(FILE *f);
 
 /* A usage error: "bioctl: " and the message, one line; returns 2. */
 int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

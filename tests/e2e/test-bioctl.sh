@@ -4,7 +4,8 @@
 # unknown or ambiguous option, no command, no member, a missing
 # SOCKET or FILE, convert without --stripe-size) in every command: exit
 # 2, nothing on stdout and one line on stderr naming the option and the
-# value, no usage, no member created.  bioctl
+# value, no usage, no member created.  bioctl --help and COMMAND --help
+# print the usage on stdout, exit 0; --version prints bionbd's version.  bioctl
 # check.  On a fresh volume: exit 0 and every byte of
 # data read.  With a member too short for its share (the server refuses
 # it), the ranges past its end are reported as unreadable with member
@@ -38,6 +39,26 @@ usage_error() {
     [[ ! -s out ]] || die "bioctl $*: output on stdout: $(cat out)"
     expect_grep "^bioctl: $want" err
 }
+
+log "--help after any command, and --version: on stdout, exit 0"
+for cmd in "" create info check convert rebuild stat trace; do
+    # shellcheck disable=SC2086 # no word for bioctl --help
+    "$BIOCTL" $cmd --help >out 2>err || die "bioctl $cmd --help: exit $? $(cat err)"
+    [[ ! -s err ]] || die "bioctl $cmd --help: on stderr: $(cat err)"
+    # One usage for all, but trace has one of its own.
+    first=create
+    [[ $cmd != trace ]] || first=trace
+    expect_grep "^Usage: bioctl $first " out
+done
+"$BIOCTL" --version >out 2>err || die "bioctl --version: exit $? $(cat err)"
+[[ ! -s err ]] || die "bioctl --version: on stderr: $(cat err)"
+if [[ -x $BIONBD ]]; then
+    want=$("$BIONBD" --version) || die "bionbd --version: exit $?"
+    [[ $(cat out) == "bioctl ${want#bionbd }" ]] ||
+        die "bioctl --version: '$(cat out)', bionbd says '$want'"
+else
+    expect_grep '^bioctl [0-9]+\.[0-9]+' out
+fi
 
 log "usage errors: one line naming the option or what is missing, exit 2"
 usage_error '--from 1\.5G: expected a size' check --from 1.5G u0 u1
