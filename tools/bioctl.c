@@ -56,6 +56,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -266,11 +267,90 @@ static int lock_member(int fd, const char *path)
 	return 0;
 }
 
-/* Do two stat(2)s name one file or device (one given twice)? */
+/*
+ * Do two stat(2)s name one file or device (one given twice)?  A device
+ * may have several nodes, each an inode of its own.
+ */
 static bool same_file(const struct stat *a, const struct stat *b)
 {
-	return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
-	       a->st_rdev == b->st_rdev;
+	if (S_ISBLK(a->st_mode) && S_ISBLK(b->st_mode))
+		return a->st_rdev == b->st_rdev;
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/*
+ * A member as the command line names it, to tell one given twice before
+ * anything is opened (two opens of one file would each take the lock and
+ * the second find it "in use").  A file that exists is its inode, however
+ * it is spelled or linked to; one that does not yet (create makes it) is
+ * its directory's inode and its name; a remote member is its name only.
+ */
+struct member_id {
+	const char *path;
+	bool known, absent; /* st: the file's; absent: its directory's */
+	struct stat st;
+};
+
+static void member_id(struct member_id *id, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char dir[PATH_MAX];
+
+	*id = (struct member_id){ .path = path };
+	if (member_is_remote(path))
+		return;
+	if (!stat(path, &id->st)) {
+		id->known = true;
+		return;
+	}
+	if (errno != ENOENT)
+		return;
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == path)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	id->known = id->absent = !stat(dir, &id->st);
+}
+
+static bool member_same(const struct member_id *a, const struct member_id *b)
+{
+	const char *an = strrchr(a->path, '/'), *bn = strrchr(b->path, '/');
+
+	if (!strcmp(a->path, b->path))
+		return true;
+	if (!a->known || !b->known || a->absent != b->absent)
+		return false;
+	if (!a->absent)
+		return same_file(&a->st, &b->st);
+	return a->st.st_dev == b->st.st_dev && a->st.st_ino == b->st.st_ino &&
+	       !strcmp(an ? an + 1 : a->path, bn ? bn + 1 : b->path);
+}
+
+/* MEMBER... names each member once: 0, or 2 with a message. */
+static int members_distinct(char *const *paths, int n)
+{
+	struct member_id *id = calloc((size_t)n, sizeof(*id));
+	int rc = 0;
+
+	if (!id)
+		return fail("out of memory");
+	for (int i = 0; i < n && !rc; i++) {
+		member_id(&id[i], paths[i]);
+		for (int j = 0; j < i && !rc; j++) {
+			if (!member_same(&id[i], &id[j]))
+				continue;
+			if (!strcmp(paths[i], paths[j]))
+				rc = usage_error("member %s: given twice",
+						 paths[i]);
+			else
+				rc = usage_error("member %s: given twice (as "
+						 "%s too)", paths[i], paths[j]);
+		}
+	}
+	free(id);
+	return rc;
 }
 
 struct create_opts {
@@ -335,32 +415,37 @@ static uint64_t size_from_members(const struct create_opts *o, uint64_t per,
 
 /*
  * Open member @i of a new volume: a local one created if need be and
- * locked (*@fd, *@st), a remote one (NBD URI, rbd:...) connected.
- * Returns 0, or 1 with a message.
+ * locked (@fds[i], @st[i]), a remote one (NBD URI, rbd:...) connected.
+ * Returns 0, or 1 with a message (2: the member was given twice).
  */
-static int create_open(char **paths, int i, int *fd, struct stat *st,
+static int create_open(char **paths, int i, int *fds, struct stat *st,
 		       struct mdev **md)
 {
 	char why[256];
 
-	*fd = -1;
+	fds[i] = -1;
 	if (member_is_remote(paths[i])) {
 		if (mdev_open(md, paths[i], true, 0, why, sizeof(why)))
 			return fail("%s", why);
-		for (int j = 0; j < i; j++)
-			if (!strcmp(paths[i], paths[j]))
-				return fail("member %s: given twice",
-					    paths[i]);
 		if (mdev_claim(*md, paths[i], why, sizeof(why)))
 			return fail("%s", why);
 		return 0;
 	}
-	*fd = open(paths[i], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (*fd < 0 || fstat(*fd, st))
+	fds[i] = open(paths[i], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fds[i] < 0 || fstat(fds[i], &st[i]))
 		return fail("member %s: %s", paths[i], strerror(errno));
-	if (lock_member(*fd, paths[i]))
+	/*
+	 * members_distinct cannot see through a dangling symlink to a file
+	 * that open just created: before the lock, which would call the
+	 * member in use.
+	 */
+	for (int j = 0; j < i; j++)
+		if (fds[j] >= 0 && same_file(&st[i], &st[j]))
+			return usage_error("member %s: given twice (as %s too)",
+					   paths[i], paths[j]);
+	if (lock_member(fds[i], paths[i]))
 		return 1;
-	if (!S_ISREG(st->st_mode) && !S_ISBLK(st->st_mode))
+	if (!S_ISREG(st[i].st_mode) && !S_ISBLK(st[i].st_mode))
 		return fail("member %s: not a regular file or block device",
 			    paths[i]);
 	return 0;
@@ -398,18 +483,15 @@ static int do_create(const struct create_opts *o, char **paths, int n)
 		const char *what;
 		int e;
 
-		if (create_open(paths, i, &fds[i], &st[i], &md[i]))
+		e = create_open(paths, i, fds, st, &md[i]);
+		if (e) {
+			rc = e;
 			goto out;
+		}
 		if (fds[i] >= 0) {
 			local[i] = (struct mdev){ &mdev_fd_ops, fds[i] };
 			md[i] = &local[i];
 		}
-		for (int j = 0; j < i && fds[i] >= 0; j++)
-			if (fds[j] >= 0 && same_file(&st[i], &st[j])) {
-				fail("member %s: given twice (as %s too)",
-				     paths[i], paths[j]);
-				goto out;
-			}
 		what = signature(md[i]);
 		if (what && !o->force) {
 			fail("member %s: holds %s (--force to overwrite it)",
@@ -586,6 +668,8 @@ static int cmd_create(int argc, char **argv)
 				   "first)", o.data_offset,
 				   SB_BITMAP_OFFSET + SB_BITMAP_BYTES,
 				   sb_level_name(o.level));
+	if (members_distinct(argv + optind, n))
+		return 2;
 	return do_create(&o, argv + optind, n);
 }
 
@@ -826,6 +910,8 @@ static int cmd_info(int argc, char **argv)
 	if (n < 1)
 		return usage_error("info: no MEMBER given; try 'bioctl info "
 				   "--help'");
+	if (members_distinct(argv + optind, n))
+		return 2;
 	mi = calloc((size_t)n, sizeof(*mi));
 	v = malloc(sizeof(*v));
 	if (!mi || !v) {
@@ -1297,6 +1383,8 @@ static int cmd_check(int argc, char **argv)
 	if (n < 1)
 		return usage_error("check: no MEMBER given; try 'bioctl check "
 				   "--help'");
+	if (members_distinct(argv + optind, n))
+		return 2;
 	v = malloc(sizeof(*v));
 	if (!v)
 		return fail("out of memory");
@@ -1680,6 +1768,8 @@ static int cmd_convert(int argc, char **argv)
 	if (optind >= argc)
 		return usage_error("convert: no MEMBER given; try 'bioctl "
 				   "convert --help'");
+	if (members_distinct(argv + optind, argc - optind))
+		return 2;
 	o.c.data_offset = o.c.chunk > SB_DEFAULT_DATA_OFFSET ?
 				  o.c.chunk :
 				  SB_DEFAULT_DATA_OFFSET;
@@ -1795,10 +1885,6 @@ static int rb_members(struct rebuild *rb, char **members, int n)
 		if (rb_same(f, &rb->new))
 			return fail("%s: already a member of the volume (given "
 				    "as %s)", rb->o->new_path, f->path);
-		for (unsigned int j = 0; j < rb->n; j++)
-			if (rb_same(f, &rb->m[j]))
-				return fail("member %s: given twice (as %s too)",
-					    f->path, rb->m[j].path);
 		if (rb_open(f, O_RDWR, false))
 			return 1;
 		rb->paths[rb->n++] = f->path;
@@ -2382,6 +2468,8 @@ static int cmd_rebuild(int argc, char **argv)
 	if (argc - optind > (int)SB_MAX_ROLES)
 		return usage_error("rebuild: at most %u members, %d given",
 				   SB_MAX_ROLES, argc - optind);
+	if (members_distinct(argv + optind, argc - optind))
+		return 2;
 	catch_interrupts();
 	return do_rebuild(&o, argv + optind, argc - optind);
 }

@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: MIT
 # Description: bioctl usage errors (a bad or missing option value, an
 # unknown or ambiguous option, no command, no member, a missing
-# SOCKET or FILE, convert without --stripe-size) in every command: exit
+# SOCKET or FILE, convert without --stripe-size, a member given twice
+# by the same path, another spelling of it or a symlink to it, for every
+# command that takes members) in every command: exit
 # 2, nothing on stdout and one line on stderr naming the option and the
 # value, no usage, no member created.  bioctl --help and COMMAND --help
 # print the usage on stdout, exit 0; --version prints bionbd's version.  bioctl
@@ -93,6 +95,21 @@ usage_error '--max-rate 0: ' rebuild --max-rate 0 u0 --replace u0 u1
 usage_error '--role x: expected a role number' rebuild --role x u1 u0
 usage_error 'convert: --stripe-size is required' convert u0 u1
 [[ ! -e u0 && ! -e u1 ]] || die "a usage error created a member"
+
+log "a member given twice: one line naming it, exit 2, nothing created"
+usage_error 'member u0: given twice$' create --size 64M u0 u0
+usage_error 'member \./u0: given twice \(as u0 too\)$' create --size 64M u0 ./u0
+mkdir dir && ln -s dir dirlink
+usage_error 'member dirlink/u0: given twice \(as dir/u0 too\)$' create --size 64M dir/u0 dirlink/u0
+[[ ! -e u0 && ! -e dir/u0 ]] || die "create of a member given twice created it"
+truncate -s 2M e0 e1
+ln -s e0 e0link
+usage_error 'member e0link: given twice \(as e0 too\)$' create --force --size 1M e0 e0link
+usage_error 'member e0link: given twice \(as e0 too\)$' info e0 e1 e0link
+usage_error 'member e1: given twice$' check e1 e0 e1
+usage_error 'member e0link: given twice \(as e0 too\)$' convert --stripe-size 64K e0 e0link
+usage_error 'member e0link: given twice \(as e0 too\)$' rebuild e0 e0link --replace e1 e2
+[[ ! -e e2 ]] || die "rebuild with a member given twice created NEW"
 
 log "a fresh volume: clean"
 expect_ok "$BIOCTL" create --name small --size 16M a b c
