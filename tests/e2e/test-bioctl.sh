@@ -24,6 +24,10 @@
 # bytes, carry superblocks with the data 1 MiB in, and convert refuses
 # them; a run that died while writing the superblocks (checkpoint "all
 # moved", some superblocks missing) is finished by running it again.  SIGINT stops a convert cleanly with how to resume.
+# bioctl stat on bionbd's pidfile shows its members; on a member file, on
+# bionbd's NBD socket and on a socket that says nothing: exit 1 within
+# 8 s (not after the server's 10 s handshake timeout), one line saying
+# what it looked for and what it found.
 source "$(dirname "$0")/functions.sh"
 
 [[ -x $BIOCTL ]] || die "$BIOCTL not built"
@@ -165,6 +169,38 @@ requires nbdcopy
 head -c $((48 << 20)) /dev/urandom >src
 start_bionbd --size 48M h0 h1 h2
 nbdcopy src "$NBD_URI" || die "nbdcopy onto the headerless volume"
+
+log "stat: what is not a control socket is said so in one line, quickly"
+# stat_refused WANT ARG: "bioctl stat -n 1 ARG" exits 1 within 8 s (the
+# server's handshake timeout is 10), one line on stderr matching WANT.
+stat_refused() {
+    local rc=0 t0=$SECONDS
+    "$BIOCTL" stat -n 1 "$2" >out 2>err || rc=$?
+    [[ $rc -eq 1 ]] || die "stat $2: exit $rc (want 1): $(cat out err)"
+    ((SECONDS - t0 < 8)) || die "stat $2: took $((SECONDS - t0)) s"
+    [[ $(wc -l <err) -eq 1 ]] || die "stat $2: not one line: $(cat err)"
+    expect_grep "^bioctl: $1" err
+}
+"$BIOCTL" stat -n 1 "$SERVER_PIDFILE" >out 2>err || die "stat PIDFILE: exit $? $(cat err)"
+expect_grep "^  h0 " out
+stat_refused "h0: not a control socket \(nor is h0\.ctl: No such file or directory\)$" h0
+stat_refused "${NBD_SOCK//./\\.}: an NBD server's socket, not a control socket" "$NBD_SOCK"
+# A socket that takes the connection and says nothing until bioctl gives
+# up and closes it (or 20 s pass).
+py - silent.sock <<'PY' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(1)
+s.settimeout(20)
+c, _ = s.accept()
+c.settimeout(20)
+c.recv(1)
+PY
+silent=$!
+for ((n = 0; n < 40; n++)); do [[ -S silent.sock ]] && break; sleep 0.1; done
+stat_refused "silent\.sock: no answer in 3 s: not a bionbd control socket$" silent.sock
+wait $silent || die "the silent socket's script failed"
 stop_bionbd
 "$BIOCTL" convert --stripe-size 64K --name conv --max-rate 16M h0 h1 h2 \
     >cv.out 2>cv.err &
