@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -288,37 +290,107 @@ static int report_parse(const char *text, size_t len, struct report *out)
 	return 0;
 }
 
-/* The control socket: a socket path, or a pidfile (PIDFILE.ctl). */
-static int fetch(const char *where, char **text, size_t *len)
+/*
+ * bionbd answers a connection to its control socket at once; a socket
+ * that says nothing for this long is something else (a server waiting
+ * for its client to speak first).
+ */
+#define STAT_ANSWER_S 3
+
+/*
+ * Connect to the control socket @where names: @where itself when it is a
+ * socket, else (a pidfile) PIDFILE.ctl beside it.  Returns the socket, or
+ * -1 with @why filled (one line, naming what was looked for).
+ */
+static int ctl_connect(const char *where, char *why, size_t wlen)
 {
+	struct timeval tv = { .tv_sec = STAT_ANSWER_S };
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	char path[sizeof(sa.sun_path) + 8];
+	char ctl[PATH_MAX];
+	const char *path = where;
 	struct stat st;
+	int fd;
+
+	if (stat(where, &st)) {
+		snprintf(why, wlen, "%s: %s", where, strerror(errno));
+		return -1;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		int e;
+
+		snprintf(ctl, sizeof(ctl), "%s.ctl", where);
+		e = stat(ctl, &st) ? errno : 0;
+		if (e || !S_ISSOCK(st.st_mode)) {
+			snprintf(why, wlen, "%s: not a control socket (nor is "
+				 "%s: %s)", where, ctl,
+				 e ? strerror(e) : "not a socket");
+			return -1;
+		}
+		path = ctl;
+	}
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		snprintf(why, wlen, "%s: %s", path, strerror(ENAMETOOLONG));
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		snprintf(why, wlen, "%s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * Does what @where answered so far (@text, @len bytes) rule out a
+ * statistics document?  Told as soon as it shows, so that a peer which
+ * keeps its connection open is not waited for.  0, or -1 with @why.
+ */
+static int not_ours(const char *where, const char *text, size_t len,
+		    char *why, size_t wlen)
+{
+	size_t i = 0;
+
+	if (len < 8 && !memcmp(text, "NBDMAGIC", len))
+		return 0; /* the start of an NBD server's greeting, maybe */
+	if (!memcmp(text, "NBDMAGIC", 8)) {
+		snprintf(why, wlen, "%s: an NBD server's socket, not a control "
+			 "socket (bionbd --control SOCK, or PIDFILE.ctl)",
+			 where);
+		return -1;
+	}
+	while (i < len && strchr(" \t\r\n", text[i]))
+		i++;
+	if (i < len && text[i] != '{') {
+		snprintf(why, wlen, "%s: not a statistics document", where);
+		return -1;
+	}
+	return 0;
+}
+
+/* The control socket's document: 0, or -1 with @why (one line). */
+static int fetch(const char *where, char **text, size_t *len, char *why,
+		 size_t wlen)
+{
 	size_t cap = 65536;
 	int fd, r = 0;
 
-	snprintf(path, sizeof(path), "%s", where);
-	if (!stat(where, &st) && S_ISREG(st.st_mode))
-		snprintf(path, sizeof(path), "%s.ctl", where);
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = ctl_connect(where, why, wlen);
 	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		r = -errno;
-		close(fd);
-		return r;
-	}
+		return -1;
 	*len = 0;
 	*text = malloc(cap);
 	for (;;) {
 		ssize_t n;
 
 		if (!*text) {
-			close(fd);
-			return -ENOMEM;
+			snprintf(why, wlen, "out of memory");
+			r = -1;
+			break;
 		}
 		if (*len == cap) {
 			char *nt = realloc(*text, cap *= 2);
@@ -331,11 +403,23 @@ static int fetch(const char *where, char **text, size_t *len)
 		n = read(fd, *text + *len, cap - *len);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0) {
-			r = n < 0 ? -errno : 0;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			snprintf(why, wlen, "%s: no answer in %d s: not a "
+				 "bionbd control socket", where, STAT_ANSWER_S);
+			r = -1;
 			break;
 		}
+		if (n < 0) {
+			snprintf(why, wlen, "%s: %s", where, strerror(errno));
+			r = -1;
+			break;
+		}
+		if (!n)
+			break;
 		*len += (size_t)n;
+		r = not_ours(where, *text, *len, why, wlen);
+		if (r)
+			break;
 	}
 	close(fd);
 	if (r)
@@ -426,45 +510,43 @@ int cmd_stat(int argc, char **argv)
 		{ "interval", required_argument, NULL, 'i' },
 		{ "count", required_argument, NULL, 'n' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct report prev = { 0 }, cur;
 	double interval = 1;
 	long count = 0;
 	bool json = false;
+	char why[PATH_MAX + 256];
 	int ch, r;
 
-	while ((ch = getopt_long(argc, argv, "i:n:", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":i:n:h", longopts, NULL)) != -1) {
 		char *end;
 
 		switch (ch) {
 		case 'i':
 			interval = strtod(optarg, &end);
-			if (*end || !(interval >= 0.1 && interval <= 86400)) {
-				fprintf(stderr,
-					"bioctl stat: --interval %s: expected seconds, 0.1 to 86400\n",
-					optarg);
-				return 2;
-			}
+			if (*end || !(interval >= 0.1 && interval <= 86400))
+				return usage_error("--interval %s: expected "
+						   "seconds, 0.1 to 86400",
+						   optarg);
 			break;
 		case 'n':
 			count = strtol(optarg, &end, 10);
-			if (*end || count < 1) {
-				fprintf(stderr,
-					"bioctl stat: --count %s: expected a number of reports, 1 or more\n",
-					optarg);
-				return 2;
-			}
+			if (*end || count < 1)
+				return usage_error("--count %s: expected a "
+						   "number of reports, 1 or "
+						   "more", optarg);
 			break;
 		case 'j': json = true; break;
-		default: return 2;
+		case 'h': usage(stdout); return 0;
+		default: return bad_option("stat", ch, argv, longopts);
 		}
 	}
-	if (optind != argc - 1) {
-		fprintf(stderr,
-			"bioctl stat: give one control socket or pidfile\n");
-		return 2;
-	}
+	if (optind != argc - 1)
+		return usage_error("stat: give one SOCKET or PIDFILE (%d "
+				   "given); try 'bioctl stat --help'",
+				   argc - optind);
 	/* A document is for a script: one, unless more are asked for. */
 	if (json && !count)
 		count = 1;
@@ -481,10 +563,9 @@ int cmd_stat(int argc, char **argv)
 			nanosleep(&ts, NULL);
 		if (stop)
 			break;
-		r = fetch(argv[optind], &text, &len);
+		r = fetch(argv[optind], &text, &len, why, sizeof(why));
 		if (r) {
-			fprintf(stderr, "bioctl stat: %s: %s\n", argv[optind],
-				strerror(-r));
+			fprintf(stderr, "bioctl: %s\n", why);
 			free(prev.rows);
 			return 1;
 		}
@@ -498,7 +579,7 @@ int cmd_stat(int argc, char **argv)
 		free(text);
 		if (r) {
 			fprintf(stderr,
-				"bioctl stat: %s: not a statistics document\n",
+				"bioctl: %s: not a statistics document\n",
 				argv[optind]);
 			free(prev.rows);
 			return 1;

@@ -842,58 +842,48 @@ int cmd_trace(int argc, char **argv)
 	int ch, r;
 
 	optind = 1;
-	while ((ch = getopt_long(argc, argv, "m:e:o:r:a:sh", longopts,
+	while ((ch = getopt_long(argc, argv, ":m:e:o:r:a:sh", longopts,
 				 NULL)) != -1) {
 		switch (ch) {
 		case 'm': f.member = optarg; break;
 		case 'e': f.export = optarg; break;
 		case 'o':
-			if (parse_ops(optarg, &f.ops)) {
-				fprintf(stderr, "bioctl trace: --op %s: expected "
-						"read, write, flush, trim, cache, "
-						"write-zeroes or block-status\n",
-					optarg);
-				return 2;
-			}
+			if (parse_ops(optarg, &f.ops))
+				return usage_error("--op %s: expected read, "
+						   "write, flush, trim, cache, "
+						   "write-zeroes or "
+						   "block-status", optarg);
 			break;
 		case 'r':
-			if (parse_range(optarg, &f)) {
-				fprintf(stderr, "bioctl trace: --range %s: "
-						"expected A-B, A+LEN or A-\n",
-					optarg);
-				return 2;
-			}
+			if (parse_range(optarg, &f))
+				return usage_error("--range %s: expected A-B, "
+						   "A+LEN or A-", optarg);
 			break;
 		case 'L':
 		case 'M':
 			if (parse_us(optarg, ch == 'L' ? &f.min_lat_ns :
-							  &f.max_lat_ns)) {
-				fprintf(stderr, "bioctl trace: --%s %s: expected "
-						"microseconds\n",
-					ch == 'L' ? "min-lat" : "max-lat",
-					optarg);
-				return 2;
-			}
+							  &f.max_lat_ns))
+				return usage_error("--%s %s: expected "
+						   "microseconds",
+						   ch == 'L' ? "min-lat" :
+							       "max-lat",
+						   optarg);
 			break;
 		case 'a':
-			if (optarg[strspn(optarg, "QXDCRL")]) {
-				fprintf(stderr, "bioctl trace: --actions %s: "
-						"expected letters of QXDCRL\n",
-					optarg);
-				return 2;
-			}
+			if (optarg[strspn(optarg, "QXDCRL")])
+				return usage_error("--actions %s: expected "
+						   "letters of QXDCRL", optarg);
 			f.actions = optarg;
 			break;
 		case 's': only_summary = true; break;
 		case 'j': json = true; break;
 		case 'h': trace_usage(stdout); return 0;
-		default: trace_usage(stderr); return 2;
+		default: return bad_option("trace", ch, argv, longopts);
 		}
 	}
-	if (optind != argc - 1) {
-		trace_usage(stderr);
-		return 2;
-	}
+	if (optind != argc - 1)
+		return usage_error("trace: give one FILE (%d given); try "
+				   "'bioctl trace --help'", argc - optind);
 	t.path = argv[optind];
 	r = trace_read(&t);
 	if (r)

@@ -14,6 +14,8 @@
  *   bioctl stat [-i SECONDS] [-n COUNT] [--json] SOCKET|PIDFILE
  *   bioctl trace [-m MEMBER] [-e EXPORT] [-o OPS] [-r RANGE] [--min-lat US]
  *                [--max-lat US] [-a ACTIONS] [-s | --json] FILE
+ *   bioctl [COMMAND] --help
+ *   bioctl --version
  *
  * create writes a superblock on every member, role i for the i-th member
  * given, creating or extending sparse files as the size needs; it refuses
@@ -46,12 +48,15 @@
  * clean, or repaired; rebuild: NEW active); 1 refused or failed (info: not
  * a complete volume, or headerless; check: unreadable ranges, or copies
  * that differ; rebuild: also interrupted); 2 usage, or (check) members
- * that do not make a volume.
+ * that do not make a volume.  A usage error is whatever the command line
+ * alone gets wrong, caught before any member is opened and told in one
+ * line; what depends on the members is refused (1).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -73,7 +78,7 @@
 
 #include "bioctl.h"
 
-static void usage(FILE *f)
+void usage(FILE *f)
 {
 	fputs("Usage: bioctl create [--level raid0|raid1|raid10] [--copies K]\n"
 	      "                     [--stripe-size SIZE] [--size SIZE] [--name NAME]\n"
@@ -88,6 +93,8 @@ static void usage(FILE *f)
 	      "       bioctl trace [-m MEMBER] [-e EXPORT] [-o OPS] [-r RANGE]\n"
 	      "                    [--min-lat US] [--max-lat US] [-a ACTIONS]\n"
 	      "                    [-s | --json] FILE\n"
+	      "       bioctl [COMMAND] --help\n"
+	      "       bioctl --version\n"
 	      "\n"
 	      "create: write a superblock on every member (role i = the i-th MEMBER),\n"
 	      "        creating or extending sparse files to hold SIZE; refuses members\n"
@@ -139,6 +146,62 @@ static int fail(const char *fmt, ...)
 	va_end(ap);
 	fputc('\n', stderr);
 	return 1;
+}
+
+int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("bioctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 2;
+}
+
+/*
+ * getopt_long leaves only optopt and optind to say which word it did not
+ * take.  A long option always moved optind past its word; optopt is 0 for
+ * one it does not know or cannot tell (ambiguous), else the option's
+ * value, and then the word is the option missing its value or one given
+ * a value it does not take (--force=1).  Anything else is a short option,
+ * named by its letter: its word may be a cluster (-fx) that optind has
+ * not left yet.
+ */
+int bad_option(const char *cmd, int ch, char *const *argv,
+	       const struct option *longopts)
+{
+	const char *w = argv[optind - 1];
+	size_t len = strcspn(w, "=");
+	const struct option *hit = NULL;
+	int matches = 0;
+	bool is_long = !strncmp(w, "--", 2) && len > 2;
+
+	for (const struct option *o = longopts; is_long && o->name; o++)
+		if (!strncmp(o->name, w + 2, len - 2)) {
+			matches++;
+			if (o->val == optopt)
+				hit = o;
+		}
+	if (is_long && optopt)
+		is_long = hit && (ch == ':' || w[len] == '=');
+	if (!is_long) {
+		if (ch == ':')
+			return usage_error("-%c: a value is missing", optopt);
+		return usage_error("-%c: unknown option; try 'bioctl %s "
+				   "--help'", optopt, cmd);
+	}
+	if (ch == ':')
+		return usage_error("--%s: a value is missing", hit->name);
+	if (optopt)
+		return usage_error("--%s: takes no value (%s given)",
+				   hit->name, w);
+	if (matches > 1)
+		return usage_error("%.*s: ambiguous option; try 'bioctl %s "
+				   "--help'", (int)len, w, cmd);
+	return usage_error("%.*s: unknown option; try 'bioctl %s --help'",
+			   (int)len, w, cmd);
 }
 
 /* ---- create ---- */
@@ -204,11 +267,90 @@ static int lock_member(int fd, const char *path)
 	return 0;
 }
 
-/* Do two stat(2)s name one file or device (one given twice)? */
+/*
+ * Do two stat(2)s name one file or device (one given twice)?  A device
+ * may have several nodes, each an inode of its own.
+ */
 static bool same_file(const struct stat *a, const struct stat *b)
 {
-	return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
-	       a->st_rdev == b->st_rdev;
+	if (S_ISBLK(a->st_mode) && S_ISBLK(b->st_mode))
+		return a->st_rdev == b->st_rdev;
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/*
+ * A member as the command line names it, to tell one given twice before
+ * anything is opened (two opens of one file would each take the lock and
+ * the second find it "in use").  A file that exists is its inode, however
+ * it is spelled or linked to; one that does not yet (create makes it) is
+ * its directory's inode and its name; a remote member is its name only.
+ */
+struct member_id {
+	const char *path;
+	bool known, absent; /* st: the file's; absent: its directory's */
+	struct stat st;
+};
+
+static void member_id(struct member_id *id, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char dir[PATH_MAX];
+
+	*id = (struct member_id){ .path = path };
+	if (member_is_remote(path))
+		return;
+	if (!stat(path, &id->st)) {
+		id->known = true;
+		return;
+	}
+	if (errno != ENOENT)
+		return;
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == path)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	id->known = id->absent = !stat(dir, &id->st);
+}
+
+static bool member_same(const struct member_id *a, const struct member_id *b)
+{
+	const char *an = strrchr(a->path, '/'), *bn = strrchr(b->path, '/');
+
+	if (!strcmp(a->path, b->path))
+		return true;
+	if (!a->known || !b->known || a->absent != b->absent)
+		return false;
+	if (!a->absent)
+		return same_file(&a->st, &b->st);
+	return a->st.st_dev == b->st.st_dev && a->st.st_ino == b->st.st_ino &&
+	       !strcmp(an ? an + 1 : a->path, bn ? bn + 1 : b->path);
+}
+
+/* MEMBER... names each member once: 0, or 2 with a message. */
+static int members_distinct(char *const *paths, int n)
+{
+	struct member_id *id = calloc((size_t)n, sizeof(*id));
+	int rc = 0;
+
+	if (!id)
+		return fail("out of memory");
+	for (int i = 0; i < n && !rc; i++) {
+		member_id(&id[i], paths[i]);
+		for (int j = 0; j < i && !rc; j++) {
+			if (!member_same(&id[i], &id[j]))
+				continue;
+			if (!strcmp(paths[i], paths[j]))
+				rc = usage_error("member %s: given twice",
+						 paths[i]);
+			else
+				rc = usage_error("member %s: given twice (as "
+						 "%s too)", paths[i], paths[j]);
+		}
+	}
+	free(id);
+	return rc;
 }
 
 struct create_opts {
@@ -273,32 +415,37 @@ static uint64_t size_from_members(const struct create_opts *o, uint64_t per,
 
 /*
  * Open member @i of a new volume: a local one created if need be and
- * locked (*@fd, *@st), a remote one (NBD URI, rbd:...) connected.
- * Returns 0, or 1 with a message.
+ * locked (@fds[i], @st[i]), a remote one (NBD URI, rbd:...) connected.
+ * Returns 0, or 1 with a message (2: the member was given twice).
  */
-static int create_open(char **paths, int i, int *fd, struct stat *st,
+static int create_open(char **paths, int i, int *fds, struct stat *st,
 		       struct mdev **md)
 {
 	char why[256];
 
-	*fd = -1;
+	fds[i] = -1;
 	if (member_is_remote(paths[i])) {
 		if (mdev_open(md, paths[i], true, 0, why, sizeof(why)))
 			return fail("%s", why);
-		for (int j = 0; j < i; j++)
-			if (!strcmp(paths[i], paths[j]))
-				return fail("member %s: given twice",
-					    paths[i]);
 		if (mdev_claim(*md, paths[i], why, sizeof(why)))
 			return fail("%s", why);
 		return 0;
 	}
-	*fd = open(paths[i], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (*fd < 0 || fstat(*fd, st))
+	fds[i] = open(paths[i], O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fds[i] < 0 || fstat(fds[i], &st[i]))
 		return fail("member %s: %s", paths[i], strerror(errno));
-	if (lock_member(*fd, paths[i]))
+	/*
+	 * members_distinct cannot see through a dangling symlink to a file
+	 * that open just created: before the lock, which would call the
+	 * member in use.
+	 */
+	for (int j = 0; j < i; j++)
+		if (fds[j] >= 0 && same_file(&st[i], &st[j]))
+			return usage_error("member %s: given twice (as %s too)",
+					   paths[i], paths[j]);
+	if (lock_member(fds[i], paths[i]))
 		return 1;
-	if (!S_ISREG(st->st_mode) && !S_ISBLK(st->st_mode))
+	if (!S_ISREG(st[i].st_mode) && !S_ISBLK(st[i].st_mode))
 		return fail("member %s: not a regular file or block device",
 			    paths[i]);
 	return 0;
@@ -314,36 +461,37 @@ static int do_create(const struct create_opts *o, char **paths, int n)
 	struct mdev *md[SB_MAX_ROLES] = { 0 }, local[SB_MAX_ROLES];
 	struct stat st[SB_MAX_ROLES];
 
+	/* What the command line alone gets wrong: before any member opens. */
 	if (n < 1 || n > (int)SB_MAX_ROLES)
-		return fail("create: 1 to %u members, %d given", SB_MAX_ROLES,
-			    n);
+		return usage_error("create: 1 to %u members, %d given",
+				   SB_MAX_ROLES, n);
 	if (strlen(o->name) >= SB_NAME_BYTES)
-		return fail("--name %s: at most %u bytes", o->name,
-			    SB_NAME_BYTES - 1);
+		return usage_error("--name %s: at most %u bytes", o->name,
+				   SB_NAME_BYTES - 1);
+	if (o->size && (o->size % 512 || o->size > (1ull << 60)))
+		return usage_error("--size %" PRIu64 ": not a multiple of 512 "
+				   "up to 1E", o->size);
 	if (sb_redundant(o->level) ?
 		    mirror_geom_init(&mg, (unsigned int)n, o->copies, o->chunk) :
 		    stripe_geom_init(&g, (unsigned int)n, o->chunk))
-		return fail("create: %s with %u copies on %d members is not a "
-			    "valid geometry", sb_level_name(o->level),
-			    o->copies, n);
+		return usage_error("create: %s with %u copies on %d members is "
+				   "not a valid geometry",
+				   sb_level_name(o->level), o->copies, n);
 	for (int i = 0; i < n; i++)
 		fds[i] = -1;
 	for (int i = 0; i < n; i++) {
 		const char *what;
 		int e;
 
-		if (create_open(paths, i, &fds[i], &st[i], &md[i]))
+		e = create_open(paths, i, fds, st, &md[i]);
+		if (e) {
+			rc = e;
 			goto out;
+		}
 		if (fds[i] >= 0) {
 			local[i] = (struct mdev){ &mdev_fd_ops, fds[i] };
 			md[i] = &local[i];
 		}
-		for (int j = 0; j < i && fds[i] >= 0; j++)
-			if (fds[j] >= 0 && same_file(&st[i], &st[j])) {
-				fail("member %s: given twice (as %s too)",
-				     paths[i], paths[j]);
-				goto out;
-			}
 		what = signature(md[i]);
 		if (what && !o->force) {
 			fail("member %s: holds %s (--force to overwrite it)",
@@ -417,6 +565,7 @@ static int cmd_create(int argc, char **argv)
 		{ "name", required_argument, NULL, 'n' },
 		{ "data-offset", required_argument, NULL, 'D' },
 		{ "force", no_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct create_opts o = { .chunk = STRIPE_DEFAULT_CHUNK, .name = "",
@@ -427,7 +576,7 @@ static int cmd_create(int argc, char **argv)
 	unsigned long k = 0;
 	int ch, n;
 
-	while ((ch = getopt_long(argc, argv, "f", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":fh", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'l':
 			if (!strcmp(optarg, "raid0"))
@@ -437,37 +586,39 @@ static int cmd_create(int argc, char **argv)
 			else if (!strcmp(optarg, "raid10"))
 				o.level = SB_LEVEL_RAID10;
 			else
-				return fail("--level %s: raid0, raid1 or "
-					    "raid10", optarg);
+				return usage_error("--level %s: raid0, raid1 "
+						   "or raid10", optarg);
 			break;
 		case 'k':
 			errno = 0;
 			k = strtoul(optarg, &end, 10);
 			if (errno || end == optarg || *end || optarg[0] == '-' ||
 			    k > SB_MAX_ROLES)
-				return fail("--copies %s: expected a number of "
-					    "copies, 2 to %u", optarg,
-					    SB_MAX_ROLES);
+				return usage_error("--copies %s: expected a "
+						   "number of copies, 2 to %u",
+						   optarg, SB_MAX_ROLES);
 			copies = optarg;
 			break;
 		case 'S':
 			if (conf_parse_chunk(optarg, &o.chunk, err, sizeof(err)))
-				return fail("--stripe-size %s: %s", optarg, err);
+				return usage_error("--stripe-size %s: %s",
+						   optarg, err);
 			break;
 		case 's':
 			if (parse_size(optarg, &o.size) || !o.size)
-				return fail("--size %s: expected a size (e.g. 4G)",
-					    optarg);
+				return usage_error("--size %s: expected a size "
+						   "(e.g. 4G)", optarg);
 			break;
 		case 'n': o.name = optarg; break;
 		case 'D':
 			if (parse_size(optarg, &o.data_offset))
-				return fail("--data-offset %s: expected a size",
-					    optarg);
+				return usage_error("--data-offset %s: expected "
+						   "a size", optarg);
 			offset_set = true;
 			break;
 		case 'f': o.force = true; break;
-		default: usage(stderr); return 2;
+		case 'h': usage(stdout); return 0;
+		default: return bad_option("create", ch, argv, longopts);
 		}
 	}
 	if (!offset_set)
@@ -476,45 +627,49 @@ static int cmd_create(int argc, char **argv)
 					SB_DEFAULT_DATA_OFFSET;
 	if (o.data_offset < SB_BYTES || o.data_offset % 4096 ||
 	    o.data_offset % o.chunk || o.data_offset > (1ull << 40))
-		return fail("--data-offset %" PRIu64 ": a multiple of 4K and "
-			    "of the stripe size, 4K to 1T", o.data_offset);
-	if (optind >= argc) {
-		usage(stderr);
-		return 2;
-	}
+		return usage_error("--data-offset %" PRIu64 ": a multiple of "
+				   "4K and of the stripe size, 4K to 1T",
+				   o.data_offset);
+	if (optind >= argc)
+		return usage_error("create: no MEMBER given; try 'bioctl "
+				   "create --help'");
 	n = argc - optind;
 	switch (o.level) {
 	case SB_LEVEL_RAID0:
 		if (copies)
-			return fail("--copies %s: only raid1 and raid10 keep "
-				    "copies (this is --level raid0)", copies);
+			return usage_error("--copies %s: only raid1 and raid10 "
+					   "keep copies (this is --level "
+					   "raid0)", copies);
 		break;
 	case SB_LEVEL_RAID1:
 		if (n < 2)
-			return fail("--level raid1: at least 2 members, %d "
-				    "given", n);
+			return usage_error("--level raid1: at least 2 members, "
+					   "%d given", n);
 		if (copies && k != (unsigned long)n)
-			return fail("--copies %s: raid1 keeps a copy on every "
-				    "member (%d here)", copies, n);
+			return usage_error("--copies %s: raid1 keeps a copy on "
+					   "every member (%d here)", copies, n);
 		o.copies = (uint32_t)n;
 		break;
 	default:
 		if (n < 2)
-			return fail("--level raid10: at least 2 members, %d "
-				    "given", n);
+			return usage_error("--level raid10: at least 2 "
+					   "members, %d given", n);
 		if (copies && (k < 2 || k > (unsigned long)n))
-			return fail("--copies %s: 2 to %d (the members) for "
-				    "raid10", copies, n);
+			return usage_error("--copies %s: 2 to %d (the members) "
+					   "for raid10", copies, n);
 		o.copies = copies ? (uint32_t)k : 2;
 		break;
 	}
 	/* A mirror's bitmap block lies between the superblock and the data. */
 	if (sb_redundant(o.level) &&
 	    o.data_offset < SB_BITMAP_OFFSET + SB_BITMAP_BYTES)
-		return fail("--data-offset %" PRIu64 ": at least %u for %s "
-			    "(the superblock and the bitmap come first)",
-			    o.data_offset, SB_BITMAP_OFFSET + SB_BITMAP_BYTES,
-			    sb_level_name(o.level));
+		return usage_error("--data-offset %" PRIu64 ": at least %u for "
+				   "%s (the superblock and the bitmap come "
+				   "first)", o.data_offset,
+				   SB_BITMAP_OFFSET + SB_BITMAP_BYTES,
+				   sb_level_name(o.level));
+	if (members_distinct(argv + optind, n))
+		return 2;
 	return do_create(&o, argv + optind, n);
 }
 
@@ -733,6 +888,7 @@ static int cmd_info(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct member_info *mi = NULL;
@@ -741,18 +897,21 @@ static int cmd_info(int argc, char **argv)
 	char why[512];
 	int ch, n, ar;
 
-	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		if (ch != 'j') {
-			usage(stderr);
-			return 2;
+	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		if (ch == 'h') {
+			usage(stdout);
+			return 0;
 		}
+		if (ch != 'j')
+			return bad_option("info", ch, argv, longopts);
 		json = true;
 	}
 	n = argc - optind;
-	if (n < 1) {
-		usage(stderr);
+	if (n < 1)
+		return usage_error("info: no MEMBER given; try 'bioctl info "
+				   "--help'");
+	if (members_distinct(argv + optind, n))
 		return 2;
-	}
 	mi = calloc((size_t)n, sizeof(*mi));
 	v = malloc(sizeof(*v));
 	if (!mi || !v) {
@@ -1198,6 +1357,7 @@ static int cmd_check(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "from", required_argument, NULL, 'F' },
 		{ "repair", no_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct sb_volume *v;
@@ -1206,21 +1366,25 @@ static int cmd_check(int argc, char **argv)
 	char why[512];
 	int ch, n, r;
 
-	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		if (ch == 'r') {
-			repair = true;
-			continue;
-		}
-		if (ch != 'F' || parse_size(optarg, &from)) {
-			usage(stderr);
-			return 2;
+	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'r': repair = true; break;
+		case 'F':
+			if (parse_size(optarg, &from))
+				return usage_error("--from %s: expected a size "
+						   "(a volume offset, e.g. 4G)",
+						   optarg);
+			break;
+		case 'h': usage(stdout); return 0;
+		default: return bad_option("check", ch, argv, longopts);
 		}
 	}
 	n = argc - optind;
-	if (n < 1) {
-		usage(stderr);
+	if (n < 1)
+		return usage_error("check: no MEMBER given; try 'bioctl check "
+				   "--help'");
+	if (members_distinct(argv + optind, n))
 		return 2;
-	}
 	v = malloc(sizeof(*v));
 	if (!v)
 		return fail("out of memory");
@@ -1323,13 +1487,14 @@ struct convert_opts {
 	double max_rate; /* bytes a second; 0 = as fast as it goes */
 };
 
-/* --max-rate RATE: bytes a second into *@rate; 0, or 1 with a message. */
+/* --max-rate RATE: bytes a second into *@rate; 0, or 2 with a message. */
 static int parse_rate(const char *arg, double *rate)
 {
 	uint64_t r;
 
 	if (parse_size(arg, &r) || !r)
-		return fail("--max-rate %s: bytes a second, e.g. 100M", arg);
+		return usage_error("--max-rate %s: bytes a second, e.g. 100M",
+				   arg);
 	*rate = (double)r;
 	return 0;
 }
@@ -1406,8 +1571,8 @@ static int do_convert(const struct convert_opts *o, char **paths, int n)
 	if (local_only("convert", paths, n))
 		return 1;
 	if (n < 1 || n > (int)SB_MAX_ROLES)
-		return fail("convert: 1 to %u members, %d given", SB_MAX_ROLES,
-			    n);
+		return usage_error("convert: 1 to %u members, %d given",
+				   SB_MAX_ROLES, n);
 	stripe_geom_init(&g, (unsigned int)n, co->chunk);
 	for (int i = 0; i < n; i++, opened++) {
 		fds[i] = open(paths[i], O_RDWR | O_CLOEXEC);
@@ -1562,43 +1727,49 @@ static int cmd_convert(int argc, char **argv)
 		{ "size", required_argument, NULL, 's' },
 		{ "name", required_argument, NULL, 'n' },
 		{ "max-rate", required_argument, NULL, 'R' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct convert_opts o = { .c = { .chunk = 0, .name = "" } };
 	char err[256];
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'S':
 			if (conf_parse_chunk(optarg, &o.c.chunk, err,
 					     sizeof(err)))
-				return fail("--stripe-size %s: %s", optarg, err);
+				return usage_error("--stripe-size %s: %s",
+						   optarg, err);
 			break;
 		case 's':
 			if (parse_size(optarg, &o.c.size) || !o.c.size)
-				return fail("--size %s: expected a size", optarg);
+				return usage_error("--size %s: expected a size",
+						   optarg);
 			break;
 		case 'n':
 			if (strlen(optarg) >= SB_NAME_BYTES)
-				return fail("--name %s: at most %u bytes", optarg,
-					    SB_NAME_BYTES - 1);
+				return usage_error("--name %s: at most %u "
+						   "bytes", optarg,
+						   SB_NAME_BYTES - 1);
 			o.c.name = optarg;
 			break;
 		case 'R':
 			if (parse_rate(optarg, &o.max_rate))
-				return 1;
+				return 2;
 			break;
-		default: usage(stderr); return 2;
+		case 'h': usage(stdout); return 0;
+		default: return bad_option("convert", ch, argv, longopts);
 		}
 	}
 	if (!o.c.chunk)
-		return fail("convert: --stripe-size is required (the stripe "
-			    "size the volume was served with)");
-	if (optind >= argc) {
-		usage(stderr);
+		return usage_error("convert: --stripe-size is required (the "
+				   "stripe size the volume was served with)");
+	if (optind >= argc)
+		return usage_error("convert: no MEMBER given; try 'bioctl "
+				   "convert --help'");
+	if (members_distinct(argv + optind, argc - optind))
 		return 2;
-	}
 	o.c.data_offset = o.c.chunk > SB_DEFAULT_DATA_OFFSET ?
 				  o.c.chunk :
 				  SB_DEFAULT_DATA_OFFSET;
@@ -1705,9 +1876,6 @@ static bool rb_ours(const struct rebuild *rb, const struct rb_file *f)
 /* MEMBER... opened and locked, OLD set aside, NEW refused among them. */
 static int rb_members(struct rebuild *rb, char **members, int n)
 {
-	if (n > (int)SB_MAX_ROLES)
-		return fail("rebuild: at most %u members, %d given",
-			    SB_MAX_ROLES, n);
 	for (int i = 0; i < n; i++) {
 		struct rb_file *f = &rb->m[rb->n];
 
@@ -1717,10 +1885,6 @@ static int rb_members(struct rebuild *rb, char **members, int n)
 		if (rb_same(f, &rb->new))
 			return fail("%s: already a member of the volume (given "
 				    "as %s)", rb->o->new_path, f->path);
-		for (unsigned int j = 0; j < rb->n; j++)
-			if (rb_same(f, &rb->m[j]))
-				return fail("member %s: given twice (as %s too)",
-					    f->path, rb->m[j].path);
 		if (rb_open(f, O_RDWR, false))
 			return 1;
 		rb->paths[rb->n++] = f->path;
@@ -2257,6 +2421,7 @@ static int cmd_rebuild(int argc, char **argv)
 		{ "role", required_argument, NULL, 'o' },
 		{ "max-rate", required_argument, NULL, 'R' },
 		{ "force", no_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct rebuild_opts o = { .role = SB_ROLE_NONE };
@@ -2264,7 +2429,7 @@ static int cmd_rebuild(int argc, char **argv)
 	unsigned long role;
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "f", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":fh", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'r':
 			o.old = optarg;
@@ -2277,8 +2442,9 @@ static int cmd_rebuild(int argc, char **argv)
 			role = strtoul(optarg, &end, 10);
 			if (errno || end == optarg || *end || optarg[0] == '-' ||
 			    role >= SB_MAX_ROLES)
-				return fail("--role %s: expected a role number, "
-					    "0 to %u", optarg, SB_MAX_ROLES - 1);
+				return usage_error("--role %s: expected a role "
+						   "number, 0 to %u", optarg,
+						   SB_MAX_ROLES - 1);
 			o.role = (unsigned int)role;
 			snprintf(opt, sizeof(opt), "--role %s", optarg);
 			if (rb_take_new(argc, argv, opt, &o))
@@ -2286,28 +2452,40 @@ static int cmd_rebuild(int argc, char **argv)
 			break;
 		case 'R':
 			if (parse_rate(optarg, &o.max_rate))
-				return 1;
+				return 2;
 			break;
 		case 'f': o.force = true; break;
-		default: usage(stderr); return 2;
+		case 'h': usage(stdout); return 0;
+		default: return bad_option("rebuild", ch, argv, longopts);
 		}
 	}
-	if (!o.new_path || optind >= argc) {
-		usage(stderr);
+	if (!o.new_path)
+		return usage_error("rebuild: --replace OLD NEW or --role R NEW "
+				   "is missing; try 'bioctl rebuild --help'");
+	if (optind >= argc)
+		return usage_error("rebuild: no MEMBER given; try 'bioctl "
+				   "rebuild --help'");
+	if (argc - optind > (int)SB_MAX_ROLES)
+		return usage_error("rebuild: at most %u members, %d given",
+				   SB_MAX_ROLES, argc - optind);
+	if (members_distinct(argv + optind, argc - optind))
 		return 2;
-	}
 	catch_interrupts();
 	return do_rebuild(&o, argv + optind, argc - optind);
 }
 
 int main(int argc, char **argv)
 {
-	if (argc < 2) {
-		usage(stderr);
-		return 2;
-	}
+	/* Each command names a bad option in a line of its own. */
+	opterr = 0;
+	if (argc < 2)
+		return usage_error("no command given; try 'bioctl --help'");
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("bioctl %s\n", BIONBD_VERSION);
 		return 0;
 	}
 	if (!strcmp(argv[1], "create"))
@@ -2324,7 +2502,6 @@ int main(int argc, char **argv)
 		return cmd_stat(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "trace"))
 		return cmd_trace(argc - 1, argv + 1);
-	fprintf(stderr, "bioctl: unknown command '%s'\n", argv[1]);
-	usage(stderr);
-	return 2;
+	return usage_error("%s: unknown command; try 'bioctl --help'",
+			   argv[1]);
 }

@@ -5,6 +5,23 @@
 #ifndef BIONBD_BIOCTL_H
 #define BIONBD_BIOCTL_H
 
+#include <stdio.h>
+
+struct option;
+
+/* The usage of every command, on @f. */
+void usage(FILE *f);
+
+/* A usage error: "bioctl: " and the message, one line; returns 2. */
+int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * getopt_long's '?' or ':' (optstring starting with ':', opterr 0) for
+ * command @cmd as one line naming the option; returns 2.
+ */
+int bad_option(const char *cmd, int ch, char *const *argv,
+	       const struct option *longopts);
+
 /* @s as a JSON string, quotes and escapes included, on stdout. */
 void json_str(const char *s);
 

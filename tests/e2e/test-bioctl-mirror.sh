@@ -5,8 +5,8 @@
 # the layout rule (data offset + whole chunk rows), with or without
 # --size, and writes a bitmap block; bad combinations (--copies 1,
 # --copies 5 on 4 members, --copies with raid0, raid1 on one member, an
-# unknown level, a data offset with no room for the bitmap) are refused
-# in one line naming the option, exit 1.  info shows the level, copies
+# unknown level, a data offset with no room for the bitmap) are usage
+# errors: one line naming the option, exit 2, no member created.  info shows the level, copies
 # and each role's state, in text and JSON.  check: the same bytes written
 # by this script at every copy's position (md's "near" layout computed
 # here from docs/format.md, not by bioctl) compare equal, exit 0; so a
@@ -124,13 +124,13 @@ expect_ok "$BIOCTL" create --level raid10 e0 e1 e2 >/dev/null
 [[ $(jq_py 'j["volume"]["size"]' e.json) -eq $((241 * C)) ]] ||
     die "default raid10 size: $(jq_py 'j["volume"]["size"]' e.json)"
 
-log "bad combinations: one line naming the option, exit 1"
-# refused ARGS... -- OPTION: create refuses, exit 1, one line naming it.
+log "bad combinations: one line naming the option, exit 2 (usage)"
+# refused ARGS... -- OPTION: create refuses, exit 2, one line naming it.
 refused() {
     local args=() rc=0
     while [[ $1 != -- ]]; do args+=("$1"); shift; done
     "$BIOCTL" create "${args[@]}" >out 2>err || rc=$?
-    [[ $rc -eq 1 ]] || die "create ${args[*]}: exit $rc (want 1): $(cat out err)"
+    [[ $rc -eq 2 ]] || die "create ${args[*]}: exit $rc (want 2): $(cat out err)"
     [[ $(wc -l <err) -eq 1 ]] || die "create ${args[*]}: not one line: $(cat err)"
     expect_grep "^bioctl: $2" err
 }

@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Description: bioctl check.  On a fresh volume: exit 0 and every byte of
+# Description: bioctl usage errors (a bad or missing option value, an
+# unknown or ambiguous option, no command, no member, a missing
+# SOCKET or FILE, convert without --stripe-size, a member given twice
+# by the same path, another spelling of it or a symlink to it, for every
+# command that takes members) in every command: exit
+# 2, nothing on stdout and one line on stderr naming the option and the
+# value, no usage, no member created.  bioctl --help and COMMAND --help
+# print the usage on stdout, exit 0; --version prints bionbd's version.  bioctl
+# check.  On a fresh volume: exit 0 and every byte of
 # data read.  With a member too short for its share (the server refuses
 # it), the ranges past its end are reported as unreadable with member
 # offsets, exit 1.  Members that do not make a volume (one missing, or
@@ -16,11 +24,96 @@
 # bytes, carry superblocks with the data 1 MiB in, and convert refuses
 # them; a run that died while writing the superblocks (checkpoint "all
 # moved", some superblocks missing) is finished by running it again.  SIGINT stops a convert cleanly with how to resume.
+# bioctl stat on bionbd's pidfile shows its members; on a member file, on
+# bionbd's NBD socket and on a socket that says nothing: exit 1 within
+# 8 s (not after the server's 10 s handshake timeout), one line saying
+# what it looked for and what it found.
 source "$(dirname "$0")/functions.sh"
 
 [[ -x $BIOCTL ]] || die "$BIOCTL not built"
 make_tmpdir
 cd "$tmp"
+
+# usage_error WANT ARGS...: "bioctl ARGS" exits 2 with nothing on stdout
+# and exactly one line on stderr: "bioctl: " then WANT (ERE), no usage.
+usage_error() {
+    local want=$1 rc=0
+    shift
+    "$BIOCTL" "$@" >out 2>err || rc=$?
+    [[ $rc -eq 2 ]] || die "bioctl $*: exit $rc (want 2): $(cat out err)"
+    [[ $(wc -l <err) -eq 1 ]] || die "bioctl $*: not one line: $(cat err)"
+    [[ ! -s out ]] || die "bioctl $*: output on stdout: $(cat out)"
+    expect_grep "^bioctl: $want" err
+}
+
+log "--help after any command, and --version: on stdout, exit 0"
+for cmd in "" create info check convert rebuild stat trace; do
+    # shellcheck disable=SC2086 # no word for bioctl --help
+    "$BIOCTL" $cmd --help >out 2>err || die "bioctl $cmd --help: exit $? $(cat err)"
+    [[ ! -s err ]] || die "bioctl $cmd --help: on stderr: $(cat err)"
+    # One usage for all, but trace has one of its own.
+    first=create
+    [[ $cmd != trace ]] || first=trace
+    expect_grep "^Usage: bioctl $first " out
+done
+"$BIOCTL" --version >out 2>err || die "bioctl --version: exit $? $(cat err)"
+[[ ! -s err ]] || die "bioctl --version: on stderr: $(cat err)"
+if [[ -x $BIONBD ]]; then
+    want=$("$BIONBD" --version) || die "bionbd --version: exit $?"
+    [[ $(cat out) == "bioctl ${want#bionbd }" ]] ||
+        die "bioctl --version: '$(cat out)', bionbd says '$want'"
+else
+    expect_grep '^bioctl [0-9]+\.[0-9]+' out
+fi
+
+log "usage errors: one line naming the option or what is missing, exit 2"
+usage_error '--from 1\.5G: expected a size' check --from 1.5G u0 u1
+usage_error '--from abc: expected a size' check --from abc u0 u1
+usage_error '--from: a value is missing$' check u0 u1 --from
+usage_error "--bogus: unknown option; try 'bioctl create --help'$" create --bogus u0
+usage_error "-x: unknown option; try 'bioctl check --help'$" check -x u0
+usage_error "--json: takes no value \(--json=1 given\)$" info --json=1 u0
+usage_error "--s: ambiguous option; try 'bioctl create --help'$" create --s 4G u0
+usage_error "-i: a value is missing$" stat -i
+usage_error "--count 0: expected a number of reports" stat -n 0 u0
+usage_error "--frob: unknown option; try 'bioctl stat --help'$" stat --frob u0
+usage_error "--op bad: expected read, " trace -o bad u0
+usage_error "--bogus: unknown option; try 'bioctl trace --help'$" trace --bogus u0
+usage_error "no command given; try 'bioctl --help'$"
+usage_error "frob: unknown command; try 'bioctl --help'$" frob
+for cmd in create info check convert rebuild; do
+    extra=()
+    [[ $cmd != convert ]] || extra=(--stripe-size 64K)
+    [[ $cmd != rebuild ]] || extra=(--replace u0 u1)
+    usage_error "$cmd: no MEMBER given; try 'bioctl $cmd --help'$" $cmd "${extra[@]}"
+done
+usage_error "rebuild: --replace OLD NEW or --role R NEW is missing" rebuild u0
+usage_error "stat: give one SOCKET or PIDFILE \(0 given\)" stat
+usage_error "trace: give one FILE \(2 given\)" trace u0 u1
+usage_error '--size 1\.5G: expected a size' create --size 1.5G u0 u1
+usage_error '--size 1000: not a multiple of 512' create --size 1000 u0 u1
+usage_error '--name x{64}: at most 63 bytes' create --name "$(printf 'x%.0s' {1..64})" u0
+usage_error '--stripe-size 3000: ' convert --stripe-size 3000 u0 u1
+usage_error '--max-rate -5: ' convert --stripe-size 64K --max-rate -5 u0 u1
+usage_error '--max-rate 0: ' rebuild --max-rate 0 u0 --replace u0 u1
+usage_error '--role x: expected a role number' rebuild --role x u1 u0
+usage_error 'convert: --stripe-size is required' convert u0 u1
+[[ ! -e u0 && ! -e u1 ]] || die "a usage error created a member"
+
+log "a member given twice: one line naming it, exit 2, nothing created"
+usage_error 'member u0: given twice$' create --size 64M u0 u0
+usage_error 'member \./u0: given twice \(as u0 too\)$' create --size 64M u0 ./u0
+mkdir dir && ln -s dir dirlink
+usage_error 'member dirlink/u0: given twice \(as dir/u0 too\)$' create --size 64M dir/u0 dirlink/u0
+[[ ! -e u0 && ! -e dir/u0 ]] || die "create of a member given twice created it"
+truncate -s 2M e0 e1
+ln -s e0 e0link
+usage_error 'member e0link: given twice \(as e0 too\)$' create --force --size 1M e0 e0link
+usage_error 'member e0link: given twice \(as e0 too\)$' info e0 e1 e0link
+usage_error 'member e1: given twice$' check e1 e0 e1
+usage_error 'member e0link: given twice \(as e0 too\)$' convert --stripe-size 64K e0 e0link
+usage_error 'member e0link: given twice \(as e0 too\)$' rebuild e0 e0link --replace e1 e2
+[[ ! -e e2 ]] || die "rebuild with a member given twice created NEW"
 
 log "a fresh volume: clean"
 expect_ok "$BIOCTL" create --name small --size 16M a b c
@@ -76,6 +169,38 @@ requires nbdcopy
 head -c $((48 << 20)) /dev/urandom >src
 start_bionbd --size 48M h0 h1 h2
 nbdcopy src "$NBD_URI" || die "nbdcopy onto the headerless volume"
+
+log "stat: what is not a control socket is said so in one line, quickly"
+# stat_refused WANT ARG: "bioctl stat -n 1 ARG" exits 1 within 8 s (the
+# server's handshake timeout is 10), one line on stderr matching WANT.
+stat_refused() {
+    local rc=0 t0=$SECONDS
+    "$BIOCTL" stat -n 1 "$2" >out 2>err || rc=$?
+    [[ $rc -eq 1 ]] || die "stat $2: exit $rc (want 1): $(cat out err)"
+    ((SECONDS - t0 < 8)) || die "stat $2: took $((SECONDS - t0)) s"
+    [[ $(wc -l <err) -eq 1 ]] || die "stat $2: not one line: $(cat err)"
+    expect_grep "^bioctl: $1" err
+}
+"$BIOCTL" stat -n 1 "$SERVER_PIDFILE" >out 2>err || die "stat PIDFILE: exit $? $(cat err)"
+expect_grep "^  h0 " out
+stat_refused "h0: not a control socket \(nor is h0\.ctl: No such file or directory\)$" h0
+stat_refused "${NBD_SOCK//./\\.}: an NBD server's socket, not a control socket" "$NBD_SOCK"
+# A socket that takes the connection and says nothing until bioctl gives
+# up and closes it (or 20 s pass).
+py - silent.sock <<'PY' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(1)
+s.settimeout(20)
+c, _ = s.accept()
+c.settimeout(20)
+c.recv(1)
+PY
+silent=$!
+for ((n = 0; n < 40; n++)); do [[ -S silent.sock ]] && break; sleep 0.1; done
+stat_refused "silent\.sock: no answer in 3 s: not a bionbd control socket$" silent.sock
+wait $silent || die "the silent socket's script failed"
 stop_bionbd
 "$BIOCTL" convert --stripe-size 64K --name conv --max-rate 16M h0 h1 h2 \
     >cv.out 2>cv.err &
