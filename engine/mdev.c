@@ -119,7 +119,8 @@ static int local_open(struct mdev **out, const char *path, bool write,
 
 	if (!m)
 		return verr(why, whylen, -ENOMEM, "out of memory");
-	fd = open(path, (write ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO named as a member must not block the open. */
+	fd = open(path, (write ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		r = -errno;
 		verr(why, whylen, r, "member %s: %s", path, strerror(-r));
@@ -131,6 +132,7 @@ static int local_open(struct mdev **out, const char *path, bool write,
 		close(fd);
 		goto err;
 	}
+	(void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 	m->ops = &mdev_fd_ops;
 	m->fd = fd;
 	*out = m;

@@ -15,7 +15,8 @@
 # role, a stale member (lower event count), one flipped bit, a truncated
 # superblock, a member too short for its data, a headerless member among
 # self-describing ones, an unknown format version, and a stripe size or
-# size that disagrees with the superblocks.
+# size that disagrees with the superblocks.  A FIFO given as a member is
+# refused at once, not waited on.
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -167,4 +168,13 @@ start_server b c d a
 nbdcopy "$NBD_URI" back2 || die "nbdcopy out at the end"
 stop_server
 cmp src back2 || die "data differs at the end"
+
+log "a FIFO is no member (refused at once, not waited on)"
+mkfifo fifo
+t0=$SECONDS
+server_refuses_once fifo
+expect_grep "member (.*/)?fifo: not a regular file or block device" "$SERVER_ERR"
+out=$(timeout 10 "$BIOCTL" info fifo 2>&1) && die "bioctl info of a FIFO: $out"
+[[ $out == *"not a regular file or block device"* ]] || die "bioctl info of a FIFO said: $out"
+((SECONDS - t0 < 10)) || die "the FIFO refusals took $((SECONDS - t0)) s"
 log "ok"
