@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include <bionbd/config.h>
 #include <bionbd/superblock.h>
@@ -338,6 +339,45 @@ int conf_export_check(const struct conf_export *e, char *errbuf, size_t errlen)
 		set_err(errbuf, errlen,
 			"no member: add at least one file=PATH");
 		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Is @st one of the files @paths names? */
+static const char *path_among(const struct stat *st, char *const *paths,
+			      unsigned int n)
+{
+	struct stat m;
+
+	for (unsigned int i = 0; i < n; i++)
+		if (!stat(paths[i], &m) && m.st_dev == st->st_dev &&
+		    m.st_ino == st->st_ino)
+			return paths[i];
+	return NULL;
+}
+
+int conf_exports_path_check(const struct conf_export *defs, unsigned int nr,
+			    const char *path, const char *what, char *errbuf,
+			    size_t errlen)
+{
+	struct stat st;
+
+	/* Not there yet: not a member (they exist once the volume is open). */
+	if (!path || stat(path, &st) || !S_ISREG(st.st_mode))
+		return 0;
+	for (unsigned int i = 0; i < nr; i++) {
+		const char *m = path_among(&st, defs[i].members,
+					   defs[i].nr_members);
+
+		if (!m)
+			m = path_among(&st, defs[i].spares, defs[i].nr_spares);
+		if (m) {
+			set_err(errbuf, errlen,
+				"%s%s: that is member %s of the volume; it "
+				"would be overwritten",
+				what, path, m);
+			return -EINVAL;
+		}
 	}
 	return 0;
 }

@@ -648,17 +648,24 @@ static int get_ready(void)
 	if (probe_backend())
 		return -1;
 	nbdl_set_logger(log_nbdkit);
-	if (trace_path &&
-	    trace_open(trace_path, trace_ring, msg, sizeof(msg))) {
-		nbdkit_error("trace=%s", msg);
-		return -1;
-	}
-
 	if (conf && export_name) {
 		defs = conf_find_export(conf, export_name);
 	} else if (conf) {
 		defs = conf->exports;
 		n = conf->nr_exports;
+	}
+	/* Before trace_open truncates it. */
+	if (conf_exports_path_check(defs, n, trace_path, "trace=", msg,
+				    sizeof(msg)) ||
+	    conf_exports_path_check(defs, n, stats_path, "stats=", msg,
+				    sizeof(msg))) {
+		nbdkit_error("%s", msg);
+		return -1;
+	}
+	if (trace_path &&
+	    trace_open(trace_path, trace_ring, msg, sizeof(msg))) {
+		nbdkit_error("trace=%s", msg);
+		return -1;
 	}
 	if (nbdl_exports_open(&exports, defs, n, false,
 			      conf ? conf->path : NULL, msg, sizeof(msg))) {

@@ -403,6 +403,25 @@ static void set_export_key(struct conf_export *e, const char *key,
 /* The command line's export, kept for the start-up line. */
 static struct conf_export cmdline_export;
 
+/* The files bionbd writes (set once the options are known). */
+static const char *own_files[3];
+
+/*
+ * A pid file, trace or statistics file that is a member would overwrite
+ * the volume: refused before the volume is opened (which writes its
+ * superblocks) and once more after (members it made).
+ */
+static void check_own_files(const struct conf_export *defs, unsigned int nr)
+{
+	static const char *const what[3] = { "-P ", "--trace ", "--stats " };
+	char err[1024];
+
+	for (unsigned int i = 0; i < 3; i++)
+		if (conf_exports_path_check(defs, nr, own_files[i], what[i],
+					    err, sizeof(err)))
+			die("%s", err);
+}
+
 static void exports_from_cmdline(const struct cmdline *cl)
 {
 	struct conf_export *ce = &cmdline_export;
@@ -434,6 +453,7 @@ static void exports_from_cmdline(const struct cmdline *cl)
 		set_export_key(ce, "description", cl->description);
 	if (conf_export_check(ce, err, sizeof(err)))
 		die("%s", err);
+	check_own_files(ce, 1);
 	if (nbdl_exports_open(&srv.exports, ce, 1, cl->readonly, NULL, err,
 			      sizeof(err)))
 		die("%s", err);
@@ -918,6 +938,10 @@ int main(int argc, char **argv)
 		run_as_resolve(&o, &run_as);
 		tls_setup(&o);
 		check_socket(&o);
+		own_files[0] = cl.pidfile;
+		own_files[1] = o.trace_file;
+		own_files[2] = o.stats_file;
+		check_own_files(conf->exports, conf->nr_exports);
 		if (nbdl_exports_open(&srv.exports, conf->exports,
 				      conf->nr_exports, cl.readonly, conf->path,
 				      err, sizeof(err)))
@@ -929,9 +953,15 @@ int main(int argc, char **argv)
 		run_as_resolve(&o, &run_as);
 		tls_setup(&o);
 		check_socket(&o);
+		own_files[0] = cl.pidfile;
+		own_files[1] = o.trace_file;
+		own_files[2] = o.stats_file;
 		exports_from_cmdline(&cl);
 	}
 	die_closes_images = true;
+	/* Again: members --size made at open exist only now. */
+	check_own_files(conf ? conf->exports : &cmdline_export,
+			conf ? conf->nr_exports : 1);
 	srv.backend = choose_backend(&o);
 	srv.poll_max_s = o.poll_us / 1e6;
 	srv.handshake_s = o.handshake_s;

@@ -16,7 +16,8 @@
 # superblock, a member too short for its data, a headerless member among
 # self-describing ones, an unknown format version, and a stripe size or
 # size that disagrees with the superblocks.  A FIFO given as a member is
-# refused at once, not waited on.
+# refused at once, not waited on; a trace or statistics file that is a
+# member is refused before it is written.
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -177,4 +178,12 @@ expect_grep "member (.*/)?fifo: not a regular file or block device" "$SERVER_ERR
 out=$(timeout 10 "$BIOCTL" info fifo 2>&1) && die "bioctl info of a FIFO: $out"
 [[ $out == *"not a regular file or block device"* ]] || die "bioctl info of a FIFO said: $out"
 ((SECONDS - t0 < 10)) || die "the FIFO refusals took $((SECONDS - t0)) s"
+
+log "a trace or statistics file that is a member: refused, the member untouched"
+cp a a.before
+server_refuses_once --trace a b c d a
+expect_grep "trace[ =](.*/)?a: that is member (.*/)?a of the volume" "$SERVER_ERR"
+server_refuses_once --stats "$tmp/a" b c d a
+expect_grep "stats[ =](.*/)?a: that is member (.*/)?a of the volume" "$SERVER_ERR"
+cmp a a.before || die "member a changed by a refused start"
 log "ok"

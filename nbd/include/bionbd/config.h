@@ -154,6 +154,18 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 		    char *errbuf, size_t errlen);
 
 /**
+ * conf_exports_path_check - refuse a file the server writes (@what, as
+ * "--trace " or "trace=", then @path: a pid file, a trace, statistics)
+ * that is a member or spare of one of
+ * @nr exports: it would overwrite the volume's data.  Call it once the
+ * volumes are open (members made by --size exist then).  Returns 0, or
+ * -EINVAL with a one-line message.
+ */
+int conf_exports_path_check(const struct conf_export *defs, unsigned int nr,
+			    const char *path, const char *what, char *errbuf,
+			    size_t errlen);
+
+/**
  * conf_export_check - what can only be checked once every key is in: at
  * least one member, and a name of at most CONF_MAX_NAME_BYTES (the name
  * comes from conf_export_init(), which only copies it).  Returns 0 or
