@@ -391,13 +391,28 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 
 /* ---- exports ---- */
 
-static void set_export_key(struct conf_export *e, const char *key,
-			   const char *value)
+/*
+ * @flag (NULL for a member) as the user typed it: the shared setter says
+ * "key=value: why", which is the config file's spelling, not theirs.
+ */
+static void set_export_key(struct conf_export *e, const char *flag,
+			   const char *key, const char *value)
 {
+	size_t klen = strlen(key), vlen = strlen(value);
 	char err[512];
+	int r = conf_export_set(e, key, value, err, sizeof(err));
 
-	if (conf_export_set(e, key, value, err, sizeof(err)))
-		die("%s", err);
+	if (!r)
+		return;
+	if (r == -ENOMEM)
+		die("out of memory");
+	if (flag && !strncmp(err, key, klen) && err[klen] == '=' &&
+	    !strncmp(err + klen + 1, value, vlen) &&
+	    !strncmp(err + klen + 1 + vlen, ": ", 2))
+		/* A blank value shows quoted: '' (an unset shell variable). */
+		die(strspn(value, " \t") == vlen ? "%s '%s': %s" : "%s %s: %s",
+		    flag, value, err + klen + vlen + 3);
+	die("%s", err);
 }
 
 /* The command line's export, kept for the start-up line. */
@@ -413,25 +428,30 @@ static void exports_from_cmdline(const struct cmdline *cl)
 	if (conf_export_init(ce, cl->export_name ? cl->export_name : ""))
 		die("out of memory");
 	for (int i = 0; i < cl->nr_members; i++)
-		set_export_key(ce, "file", cl->members[i]);
+		set_export_key(ce, NULL, "file", cl->members[i]);
 	for (unsigned int i = 0; i < cl->nr_spares; i++)
-		set_export_key(ce, "spare", cl->spares[i]);
+		set_export_key(ce, "--spare", "spare", cl->spares[i]);
 	for (unsigned int i = 0; i < cl->nr_faults; i++)
-		set_export_key(ce, cl->faults[i].key, cl->faults[i].rule);
+		set_export_key(ce,
+			       cl->faults[i].key[0] == 'f' ? "--fault" :
+							     "--delay",
+			       cl->faults[i].key, cl->faults[i].rule);
 	if (cl->no_statistics)
-		set_export_key(ce, "statistics", "false");
+		set_export_key(ce, "--no-statistics", "statistics", "false");
 	if (cl->stripe_size)
-		set_export_key(ce, "stripe-size", cl->stripe_size);
+		set_export_key(ce, "--stripe-size", "stripe-size",
+			       cl->stripe_size);
 	if (cl->level)
-		set_export_key(ce, "level", cl->level);
+		set_export_key(ce, "--level", "level", cl->level);
 	if (cl->copies)
-		set_export_key(ce, "copies", cl->copies);
+		set_export_key(ce, "--copies", "copies", cl->copies);
 	if (cl->timeout)
-		set_export_key(ce, "timeout", cl->timeout);
+		set_export_key(ce, "--timeout", "timeout", cl->timeout);
 	if (cl->size)
-		set_export_key(ce, "size", cl->size);
+		set_export_key(ce, "--size", "size", cl->size);
 	if (cl->description)
-		set_export_key(ce, "description", cl->description);
+		set_export_key(ce, "--description", "description",
+			       cl->description);
 	if (conf_export_check(ce, err, sizeof(err)))
 		die("%s", err);
 	if (nbdl_exports_open(&srv.exports, ce, 1, cl->readonly, NULL, err,
