@@ -224,6 +224,17 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 				key, value);
 			return -EINVAL;
 		}
+		/*
+		 * 0 would read as "no size" and serve whatever the members
+		 * hold, which is not what was asked for.
+		 */
+		if (!v) {
+			set_err(errbuf, errlen,
+				"%s=%s: a volume of 0 bytes (leave the size out "
+				"to take the members' own)",
+				key, value);
+			return -EINVAL;
+		}
 		/* Sector-based engine: a ragged tail is unreachable. */
 		if (v % SECTOR_SIZE) {
 			set_err(errbuf, errlen,
