@@ -111,9 +111,37 @@ conf_case "nope.*No such file" \
 "[export a]
 file = $d/nope
 "
+# What is found when the members are looked at cites the line at fault:
+# the member's own, or the key's, not the [export] header's.
+conf_case "bad.conf:5: \[export a\] member $d/nope: No such file" \
+"[export a]
+stripe-size = 64K
+file = $d/m0
+
+file = $d/nope
+"
+conf_case "bad.conf:4: \[export a\] member $d/tiny: .*smaller than" \
+"[export a]
+file = $d/m0
+# the second is too small
+file = $d/tiny
+"
+conf_case "bad.conf:5: \[export a\] fault = member=7: member=7: member 7 does not exist" \
+"[export a]
+file = $d/m0
+file = $d/m1
+fault = op=read rate=1%
+fault = member=7
+"
+conf_case "bad.conf:3: \[export a\] copies 2: only raid1 and raid10 keep copies" \
+"[export a]
+file = $d/m0
+copies = 2
+file = $d/m1
+"
 # All or nothing: export a alone would create two new members, but export
 # b is broken, so neither may touch the directory.
-conf_case "bad.conf:5: \[export b\] .*nope.*No such file" \
+conf_case "bad.conf:6: \[export b\] member $d/nope: No such file" \
 "[export a]
 file = $d/new-a0
 file = $d/new-a1
