@@ -103,7 +103,7 @@ static void die(const char *fmt, ...)
 	exit(1);
 }
 
-static void usage(FILE *f)
+static void usage(void)
 {
 	fputs("Usage: bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-e EXPORTNAME] [--description TEXT] [-P PIDFILE]\n"
@@ -210,7 +210,7 @@ static void usage(FILE *f)
 	      "  -v, --verbose          debug messages too\n"
 	      "  -h, --help             this text\n"
 	      "  -V, --version          print the version\n",
-	      f);
+	      stdout);
 }
 
 /* The end of --trace: its totals logged, a loss or a failure as an error. */
@@ -380,9 +380,15 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 			break;
 		case 'u': add_setting(cl, "-u", "user", optarg); break;
 		case 'g': add_setting(cl, "-g", "group", optarg); break;
-		case 'h': usage(stdout); exit(0);
+		case 'h': usage(); exit(0);
 		case 'V': printf("bionbd %s\n", BIONBD_VERSION); exit(0);
-		default: usage(stderr); exit(1);
+		default:
+			/*
+			 * getopt named the option; a hundred lines of help
+			 * after it would scroll it away.
+			 */
+			fputs("Try 'bionbd --help'.\n", stderr);
+			exit(1);
 		}
 	}
 	cl->members = argv + optind;
