@@ -13,6 +13,7 @@
 #include <getopt.h>
 #include <grp.h>
 #include <inttypes.h>
+#include <libgen.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <bionbd/config.h>
@@ -606,6 +608,44 @@ static size_t memory_budget(const struct srv_options *o, unsigned int workers)
 	return (size_t)(v < SRV_MEMORY_MIN ? SRV_MEMORY_MIN : v);
 }
 
+/*
+ * -P's directory, before any member is touched: the pid is written last,
+ * and the default control socket (PIDFILE.ctl) goes beside it.
+ */
+static void check_pidfile(const struct srv_options *o, const char *path)
+{
+	struct stat st;
+	char *copy, *dir, err[1024];
+
+	if (!path)
+		return;
+	if (!*path)
+		die("-P '': empty path");
+	copy = strdup(path);
+	if (!copy)
+		die("out of memory");
+	dir = dirname(copy);
+	if (stat(dir, &st))
+		die("-P %s: directory %s: %s", path, dir, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		die("-P %s: %s is not a directory", path, dir);
+	if (access(dir, W_OK | X_OK))
+		die("-P %s: directory %s: %s", path, dir, strerror(errno));
+	free(copy);
+	if (o->control)
+		return;
+	if (snprintf(err, sizeof(err), "%s.ctl", path) >= (int)sizeof(err))
+		die("-P %s: path too long", path);
+	copy = strdup(err);
+	if (!copy)
+		die("out of memory");
+	if (listen_unix_check(copy, err, sizeof(err)))
+		die("-P %s: the control socket beside it (--control puts it "
+		    "elsewhere): %s",
+		    path, err);
+	free(copy);
+}
+
 /* Another server on our socket: say so before any member is touched. */
 static void check_socket(const struct srv_options *o)
 {
@@ -944,6 +984,7 @@ int main(int argc, char **argv)
 		run_as_resolve(&o, &run_as);
 		tls_setup(&o);
 		check_socket(&o);
+		check_pidfile(&o, cl.pidfile);
 		if (nbdl_exports_open(&srv.exports, conf->exports,
 				      conf->nr_exports, cl.readonly, conf->path,
 				      err, sizeof(err)))
@@ -955,6 +996,7 @@ int main(int argc, char **argv)
 		run_as_resolve(&o, &run_as);
 		tls_setup(&o);
 		check_socket(&o);
+		check_pidfile(&o, cl.pidfile);
 		exports_from_cmdline(&cl);
 	}
 	die_closes_images = true;
@@ -989,8 +1031,13 @@ int main(int argc, char **argv)
 		       o.port ? o.port : SRV_DEFAULT_PORT, err, sizeof(err)))
 		die("%s", err);
 
-	if (srv_stats_open(&o, cl.pidfile, err, sizeof(err)))
+	if (srv_stats_open(&o, cl.pidfile, err, sizeof(err))) {
+		if (!o.control && cl.pidfile)
+			die("-P %s: the control socket beside it (--control "
+			    "puts it elsewhere): %s",
+			    cl.pidfile, err);
 		die("control socket: %s", err);
+	}
 
 	if (!cl.foreground)
 		ready_fd = daemonize();

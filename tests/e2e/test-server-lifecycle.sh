@@ -11,9 +11,9 @@
 # SIGTERM removes socket and pidfile.  --help and --version; a mistyped
 # option or a missing argument: getopt's line and "Try 'bionbd --help'.",
 # exit 1.  Config errors (missing member, stripe size not a power of two,
-# unknown key, duplicate member or export, bad size, ...): exit 1 with one
-# line naming the key or value, and nothing created.  Both backends where
-# it matters.
+# unknown key, duplicate member or export, bad size, -P in a missing
+# directory, ...): exit 1 with one line naming the option or key and the
+# value, and nothing created.  Both backends where it matters.
 source "$(dirname "$0")/functions.sh"
 
 requires_nbdpy
@@ -240,6 +240,16 @@ refuse 'poll-us.*100001' --poll-us 100001 "$c/a.img"
 refuse 'poll-us.*-5' --poll-us -5 "$c/a.img"
 refuse 'sendfile-min.*33M' --sendfile-min 33M "$c/a.img"
 refuse 'exportname|-e|config' -c "$c/none.conf" -e foo
+# -P's directory is checked before any member is made (the pidfile is
+# written last), and its problem is named as -P's, not the control
+# socket's that goes beside it.
+refuse "-P $c/no/dir/x\.pid: directory $c/no/dir: No such file or directory$" \
+    -P "$c/no/dir/x.pid" --size 4M "$c/new0.img" "$c/new1.img"
+long=$c/$(printf 'd%.0s' {1..100})
+mkdir -p "$long"
+refuse "-P $long/x\.pid: the control socket beside it \(--control puts it elsewhere\): .*x\.pid\.ctl: path too long" \
+    -P "$long/x.pid" "$c/a.img"
+rmdir "$long"
 conf poll <<'EOF'
 [server]
     poll-us = soon
