@@ -549,6 +549,105 @@ static void log_startup(const struct conf_export *defs,
 		 (int)getpid());
 }
 
+/*
+ * Where the settings that must agree with others were last given, for
+ * messages that name what the user wrote: "--tls off: ..." or
+ * "FILE:LINE: [server] tls=off: ...".
+ */
+struct origin {
+	const char *key;
+	const char *flag;  /* as typed; NULL: a line of the file */
+	const char *value;
+	unsigned int line; /* of the file; with no flag, 0: not given */
+};
+
+static struct origin origins[] = {
+	{ .key = "tls" },	      { .key = "tls-certificates" },
+	{ .key = "tls-psk" },	      { .key = "tls-verify-peer" },
+	{ .key = "stats" },	      { .key = "stats-interval" },
+};
+static const char *origin_file; /* the config file's path */
+
+static struct origin *origin(const char *key)
+{
+	for (size_t i = 0; i < sizeof(origins) / sizeof(origins[0]); i++)
+		if (!strcmp(origins[i].key, key))
+			return &origins[i];
+	return NULL;
+}
+
+static void origin_note(const char *key, const char *flag, const char *value,
+			unsigned int line)
+{
+	struct origin *w = origin(key);
+
+	if (w) {
+		w->flag = flag;
+		w->value = value;
+		w->line = line;
+	}
+}
+
+static bool given(const char *key)
+{
+	const struct origin *w = origin(key);
+
+	return w->flag || w->line;
+}
+
+/*
+ * @key's setting as the user wrote it (--tls-verify-peer takes no
+ * value); a line of the file @inner, to be named inside a message.
+ */
+static void origin_name(const char *key, bool inner, char *buf, size_t len)
+{
+	const struct origin *w = origin(key);
+
+	if (w->flag && !strcmp(key, "tls-verify-peer"))
+		snprintf(buf, len, "%s", w->flag);
+	else if (w->flag)
+		snprintf(buf, len, "%s %s", w->flag, w->value);
+	else if (inner)
+		snprintf(buf, len, "%s=%s (%s:%u)", key, w->value,
+			 origin_file, w->line);
+	else
+		snprintf(buf, len, "%s:%u: [server] %s=%s", origin_file,
+			 w->line, key, w->value);
+}
+
+/* Fail on @key, as given: the flag, or the file's line. */
+static void __attribute__((format(printf, 2, 3), noreturn))
+die_setting(const char *key, const char *fmt, ...)
+{
+	char name[1024], why[1024];
+	va_list ap;
+
+	origin_name(key, false, name, sizeof(name));
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	die("%s: %s", name, why);
+}
+
+/*
+ * How to name another setting in a message about @key: in the same
+ * spelling (a flag, or a key of the file).
+ */
+static const char *spelling(const char *key, const char *flag,
+			    const char *file_key)
+{
+	return origin(key)->flag ? flag : file_key;
+}
+
+/* Settings that mean nothing, or the opposite, without others. */
+static void check_settings(void)
+{
+	if (given("stats-interval") && !given("stats"))
+		die_setting("stats-interval", "needs %s (the file it rewrites)",
+			    spelling("stats-interval", "--stats FILE",
+				     "stats = FILE"));
+}
+
 /* The [server] lines of @c, then the flags, through the one setter. */
 static void apply_settings(struct srv_options *o, const struct conf *c,
 			   const struct cmdline *cl)
@@ -581,12 +680,18 @@ static void apply_settings(struct srv_options *o, const struct conf *c,
 		if (r)
 			die("%s:%u: [server] %s=%s: %s", c->path, kv->line,
 			    kv->key, kv->value, why);
+		origin_file = c->path;
+		origin_note(kv->key, NULL, kv->value, kv->line);
 	}
-	for (unsigned int i = 0; i < cl->nr_settings; i++)
+	for (unsigned int i = 0; i < cl->nr_settings; i++) {
 		if (srv_option_set(o, cl->settings[i].key,
 				   cl->settings[i].value, why, sizeof(why)))
 			die("%s %s: %s", cl->settings[i].flag,
 			    cl->settings[i].value, why);
+		origin_note(cl->settings[i].key, cl->settings[i].flag,
+			    cl->settings[i].value, 0);
+	}
+	check_settings();
 }
 
 /* ---- running ---- */

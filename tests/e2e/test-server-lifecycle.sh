@@ -11,9 +11,10 @@
 # SIGTERM removes socket and pidfile.  --help and --version; a mistyped
 # option or a missing argument: getopt's line and "Try 'bionbd --help'.",
 # exit 1.  Config errors (missing member, stripe size not a power of two,
-# unknown key, duplicate member or export, bad size, -P in a missing
-# directory, ...): exit 1 with one line naming the option or key and the
-# value, and nothing created.  Both backends where it matters.
+# unknown key, duplicate member or export, bad size, --stats-interval
+# without --stats, -P in a missing directory, ...): exit 1 with one line
+# naming the option or key and the value, and nothing created.  Both
+# backends where it matters.
 source "$(dirname "$0")/functions.sh"
 
 requires_nbdpy
@@ -240,6 +241,10 @@ refuse 'poll-us.*100001' --poll-us 100001 "$c/a.img"
 refuse 'poll-us.*-5' --poll-us -5 "$c/a.img"
 refuse 'sendfile-min.*33M' --sendfile-min 33M "$c/a.img"
 refuse 'exportname|-e|config' -c "$c/none.conf" -e foo
+# Settings that would be silently unused: --stats-interval without a
+# --stats file (and in the file too).
+refuse '--stats-interval 5: needs --stats FILE' --stats-interval 5 "$c/a.img"
+refuse '--stats-interval 0: needs --stats FILE' --stats-interval 0 "$c/a.img"
 # -P's directory is checked before any member is made (the pidfile is
 # written last), and its problem is named as -P's, not the control
 # socket's that goes beside it.
@@ -257,6 +262,14 @@ conf poll <<'EOF'
     file = a.img
 EOF
 refuse 'poll\.conf:2.*poll-us=soon' -c "$c/poll.conf"
+conf interval <<'EOF'
+[server]
+    socket = interval.sock
+    stats-interval = 5
+[export one]
+    file = a.img
+EOF
+refuse '[^ ]*interval\.conf:3: \[server\] stats-interval=5: needs stats = FILE' -c "$c/interval.conf"
 conf missing <<'EOF'
 [export one]
     file = nope.img
