@@ -922,23 +922,41 @@ static void listen_plan(struct srv_options *o, const struct cmdline *cl,
 }
 
 /*
- * TLS: credentials make it "require" unless --tls says otherwise (a key
- * given is never silently unused by a plaintext server); everything is
- * read now, before -u/-g.
+ * TLS: credentials make it "require" unless --tls says otherwise; a key
+ * given is never silently unused by a plaintext server (--tls off with
+ * credentials is refused, as is --tls-verify-peer without the X.509 CA
+ * that would check the clients); everything is read now, before -u/-g.
  */
 static void tls_setup(const struct srv_options *o)
 {
 	bool creds = o->tls_certificates || o->tls_psk;
-	char err[1024];
+	char err[1024], other[1024];
 
+	if (o->tls_verify_peer && !o->tls_certificates)
+		die_setting("tls-verify-peer",
+			    "needs %s (its ca-cert.pem signs the client "
+			    "certificates)",
+			    spelling("tls-verify-peer",
+				     "--tls-certificates DIR",
+				     "tls-certificates = DIR"));
+	if (o->tls_set && o->tls == SRV_TLS_OFF && creds) {
+		origin_name(o->tls_psk ? "tls-psk" : "tls-certificates", true,
+			    other, sizeof(other));
+		die_setting("tls", "contradicts %s: credentials are for TLS; "
+			    "drop one or the other",
+			    other);
+	}
 	srv.tls_mode = o->tls_set ? o->tls :
 		       creds	 ? SRV_TLS_REQUIRE :
 				   SRV_TLS_OFF;
 	if (srv.tls_mode == SRV_TLS_OFF)
 		return;
 	if (!creds)
-		die("--tls %s: needs --tls-certificates DIR or --tls-psk FILE",
-		    srv_tls_mode_name(srv.tls_mode));
+		die_setting("tls", "needs %s",
+			    spelling("tls",
+				     "--tls-certificates DIR or --tls-psk FILE",
+				     "tls-certificates = DIR or tls-psk = "
+				     "FILE"));
 	if (srv_tls_load(&srv.tls, o->tls_certificates, o->tls_psk,
 			 o->tls_verify_peer, err, sizeof(err)))
 		die("%s", err);
