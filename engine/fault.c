@@ -402,6 +402,7 @@ static int rule_parse(struct fault_rule *r, enum fault_kind kind,
 {
 	bool has_ms = false, has_dist = false;
 	char *copy = strdup(text), *save = NULL, *word;
+	unsigned int words = 0;
 	int err = 0;
 
 	if (!copy)
@@ -422,10 +423,20 @@ static int rule_parse(struct fault_rule *r, enum fault_kind kind,
 		err = parse_word(r, word, nr_members, orig, &has_ms,
 				 &has_dist, errbuf, errlen);
 		free(orig);
+		words++;
 	}
 	free(copy);
 	if (err)
 		return err;
+	/*
+	 * With every key at its default an empty rule fails (or delays)
+	 * all I/O: that is what an unset shell variable would ask for, so
+	 * "everything" has to be said.
+	 */
+	if (!words)
+		return verr(errbuf, errlen, -EINVAL,
+			    "empty rule (one that matches all I/O says so: "
+			    "member=*)");
 	if (kind == FAULT_ERROR && r->torn) {
 		if (r->ops & ~(1u << REQ_OP_WRITE))
 			return verr(errbuf, errlen, -EINVAL,

@@ -536,6 +536,13 @@ static int volume_superblocks(const struct volume_config *cfg,
 			    "level %s: volume '%s' is %s in its superblocks",
 			    sb_level_name(cfg->level), v->sb.name,
 			    sb_level_name(v->sb.level));
+	/* A raid0's superblocks say 0 copies: not a number to compare. */
+	if (cfg->copies && !sb_redundant(v->sb.level))
+		return verr(errbuf, errlen, -EINVAL,
+			    "copies %u: volume '%s' is %s in its superblocks, "
+			    "and only raid1 and raid10 keep copies",
+			    cfg->copies, v->sb.name,
+			    sb_level_name(v->sb.level));
 	if (cfg->copies && cfg->copies != v->sb.copies)
 		return verr(errbuf, errlen, -EINVAL,
 			    "copies %u: volume '%s' has %u in its superblocks",
@@ -806,6 +813,15 @@ static int volume_plan(const struct volume_config *cfg,
 	} else {
 		v->nr = 0;
 	}
+	/*
+	 * Headerless members are raid0 (a new mirror has its superblocks by
+	 * now): copies asked of them would be silently ignored.
+	 */
+	if (!sb && cfg->copies)
+		return verr(errbuf, errlen, -EINVAL,
+			    "copies %u: only raid1 and raid10 keep copies, and "
+			    "members without superblocks are raid0",
+			    cfg->copies);
 	if (stripe_geom_init(&g, n, chunk))
 		return verr(errbuf, errlen, -EINVAL,
 			    "stripe-size %llu: must be a power of two from 4K to 1G",
@@ -931,8 +947,10 @@ static int check_held(const struct volume_config *cfg, char *errbuf,
 		return r;
 	}
 	/* A new mirror: the paths checked as new members of any volume. */
-	if (r)
+	if (r) {
 		plain.level_set = false;
+		plain.copies = 0;
+	}
 	r = volume_plan(&plain, &m, &chunk, &need, v, errbuf, errlen);
 	if (!r)
 		members_free(cfg, m, false);

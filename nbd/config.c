@@ -125,6 +125,9 @@ void conf_export_release(struct conf_export *e)
 	for (i = 0; i < e->nr_faults; i++)
 		free((char *)e->faults[i].text);
 	free(e->faults);
+	free(e->member_lines);
+	free(e->spare_lines);
+	free(e->fault_lines);
 	free(e->name);
 	free(e->description);
 	memset(e, 0, sizeof(*e));
@@ -222,6 +225,17 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 		if (parse_size(value, &v)) {
 			set_err(errbuf, errlen,
 				"%s=%s: not a size (e.g. 4G, 512M, 1048576)",
+				key, value);
+			return -EINVAL;
+		}
+		/*
+		 * 0 would read as "no size" and serve whatever the members
+		 * hold, which is not what was asked for.
+		 */
+		if (!v) {
+			set_err(errbuf, errlen,
+				"%s=%s: a volume of 0 bytes (leave the size out "
+				"to take the members' own)",
 				key, value);
 			return -EINVAL;
 		}
@@ -603,6 +617,39 @@ static char *resolve_path(const struct parser *p, const char *value)
 	return r;
 }
 
+/* Entry @nr - 1 of a list just grown is on @line. */
+static int lines_add(unsigned int **lines, unsigned int nr, unsigned int line)
+{
+	unsigned int *v = realloc(*lines, nr * sizeof(*v));
+
+	if (!v)
+		return -ENOMEM;
+	v[nr - 1] = line;
+	*lines = v;
+	return 0;
+}
+
+/* Where @key (just set in @e) was given: see conf_export's *_line. */
+static int note_line(struct conf_export *e, const char *key,
+		     unsigned int line)
+{
+	if (!strcmp(key, "file"))
+		return lines_add(&e->member_lines, e->nr_members, line);
+	if (!strcmp(key, "spare"))
+		return lines_add(&e->spare_lines, e->nr_spares, line);
+	if (!strcmp(key, "fault") || !strcmp(key, "delay"))
+		return lines_add(&e->fault_lines, e->nr_faults, line);
+	if (!strcmp(key, "size"))
+		e->size_line = line;
+	else if (!strcmp(key, "stripe-size"))
+		e->chunk_line = line;
+	else if (!strcmp(key, "level"))
+		e->level_line = line;
+	else if (!strcmp(key, "copies"))
+		e->copies_line = line;
+	return 0;
+}
+
 static int conf_handler(void *user, const char *section, const char *key,
 			const char *value)
 {
@@ -635,6 +682,8 @@ static int conf_handler(void *user, const char *section, const char *key,
 		r = conf_export_set(&p->c->exports[p->cur], key, value, msg,
 				    sizeof(msg));
 		free(path);
+		if (!r)
+			r = note_line(&p->c->exports[p->cur], key, p->line);
 		if (r == -ENOMEM)
 			goto nomem;
 		if (r) {

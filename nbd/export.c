@@ -73,12 +73,64 @@ void nbdl_log_to_stderr(const char *prefix)
 
 /* ---- exports ---- */
 
+/* Does @msg start with @prefix, @what and then one of @ends? */
+static bool names(const char *msg, const char *prefix, const char *what,
+		  const char *ends)
+{
+	size_t n = strlen(prefix), w = strlen(what);
+
+	return !strncmp(msg, prefix, n) && !strncmp(msg + n, what, w) &&
+	       msg[n + w] && strchr(ends, msg[n + w]);
+}
+
+/*
+ * The line of @d that a volume's message is about.  The engine begins
+ * one about a member with "member PATH" (or "members PATH and ..."), a
+ * spare's with "spare PATH", a rule's with "fault = RULE:" and a key's
+ * with "KEY VALUE:"; anything else is the export's, at its header.
+ */
+static unsigned int culprit_line(const struct conf_export *d, const char *msg)
+{
+	static const char *const kinds[] = { "fault = ", "delay = " };
+	unsigned int line = 0;
+	size_t longest = 0;
+
+	/* The longest path that fits: "/m1" is not "/m1 old". */
+	for (unsigned int i = 0; d->member_lines && i < d->nr_members; i++)
+		if ((names(msg, "member ", d->members[i], ": ") ||
+		     names(msg, "members ", d->members[i], " ")) &&
+		    strlen(d->members[i]) >= longest) {
+			longest = strlen(d->members[i]);
+			line = d->member_lines[i];
+		}
+	for (unsigned int i = 0; d->spare_lines && i < d->nr_spares; i++)
+		if (names(msg, "spare ", d->spares[i], ": ") &&
+		    strlen(d->spares[i]) >= longest) {
+			longest = strlen(d->spares[i]);
+			line = d->spare_lines[i];
+		}
+	for (unsigned int i = 0; d->fault_lines && i < d->nr_faults; i++)
+		if (names(msg, kinds[d->faults[i].kind == FAULT_DELAY],
+			  d->faults[i].text, ":") &&
+		    !line)
+			line = d->fault_lines[i];
+	if (!line && !strncmp(msg, "size ", 5))
+		line = d->size_line;
+	if (!line && !strncmp(msg, "stripe-size ", 12))
+		line = d->chunk_line;
+	if (!line && !strncmp(msg, "level ", 6))
+		line = d->level_line;
+	if (!line && !strncmp(msg, "copies ", 7))
+		line = d->copies_line;
+	return line ? line : d->line;
+}
+
 static void export_errmsg(char *errbuf, size_t errlen, const char *conf_path,
 			  const struct conf_export *d, const char *msg)
 {
 	if (conf_path)
 		snprintf(errbuf, errlen, "%s:%u: [export %s] %s", conf_path,
-			 d->line, d->name, msg);
+			 culprit_line(d, msg), d->name, msg);
 	else
 		snprintf(errbuf, errlen, "%s", msg);
 }

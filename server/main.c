@@ -13,6 +13,7 @@
 #include <getopt.h>
 #include <grp.h>
 #include <inttypes.h>
+#include <libgen.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <bionbd/config.h>
@@ -103,7 +105,7 @@ static void die(const char *fmt, ...)
 	exit(1);
 }
 
-static void usage(FILE *f)
+static void usage(void)
 {
 	fputs("Usage: bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-e EXPORTNAME] [--description TEXT] [-P PIDFILE]\n"
@@ -210,7 +212,7 @@ static void usage(FILE *f)
 	      "  -v, --verbose          debug messages too\n"
 	      "  -h, --help             this text\n"
 	      "  -V, --version          print the version\n",
-	      f);
+	      stdout);
 }
 
 /* The end of --trace: its totals logged, a loss or a failure as an error. */
@@ -380,9 +382,15 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 			break;
 		case 'u': add_setting(cl, "-u", "user", optarg); break;
 		case 'g': add_setting(cl, "-g", "group", optarg); break;
-		case 'h': usage(stdout); exit(0);
+		case 'h': usage(); exit(0);
 		case 'V': printf("bionbd %s\n", BIONBD_VERSION); exit(0);
-		default: usage(stderr); exit(1);
+		default:
+			/*
+			 * getopt named the option; a hundred lines of help
+			 * after it would scroll it away.
+			 */
+			fputs("Try 'bionbd --help'.\n", stderr);
+			exit(1);
 		}
 	}
 	cl->members = argv + optind;
@@ -391,13 +399,28 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 
 /* ---- exports ---- */
 
-static void set_export_key(struct conf_export *e, const char *key,
-			   const char *value)
+/*
+ * @flag (NULL for a member) as the user typed it: the shared setter says
+ * "key=value: why", which is the config file's spelling, not theirs.
+ */
+static void set_export_key(struct conf_export *e, const char *flag,
+			   const char *key, const char *value)
 {
+	size_t klen = strlen(key), vlen = strlen(value);
 	char err[512];
+	int r = conf_export_set(e, key, value, err, sizeof(err));
 
-	if (conf_export_set(e, key, value, err, sizeof(err)))
-		die("%s", err);
+	if (!r)
+		return;
+	if (r == -ENOMEM)
+		die("out of memory");
+	if (flag && !strncmp(err, key, klen) && err[klen] == '=' &&
+	    !strncmp(err + klen + 1, value, vlen) &&
+	    !strncmp(err + klen + 1 + vlen, ": ", 2))
+		/* A blank value shows quoted: '' (an unset shell variable). */
+		die(strspn(value, " \t") == vlen ? "%s '%s': %s" : "%s %s: %s",
+		    flag, value, err + klen + vlen + 3);
+	die("%s", err);
 }
 
 /* The command line's export, kept for the start-up line. */
@@ -432,25 +455,30 @@ static void exports_from_cmdline(const struct cmdline *cl)
 	if (conf_export_init(ce, cl->export_name ? cl->export_name : ""))
 		die("out of memory");
 	for (int i = 0; i < cl->nr_members; i++)
-		set_export_key(ce, "file", cl->members[i]);
+		set_export_key(ce, NULL, "file", cl->members[i]);
 	for (unsigned int i = 0; i < cl->nr_spares; i++)
-		set_export_key(ce, "spare", cl->spares[i]);
+		set_export_key(ce, "--spare", "spare", cl->spares[i]);
 	for (unsigned int i = 0; i < cl->nr_faults; i++)
-		set_export_key(ce, cl->faults[i].key, cl->faults[i].rule);
+		set_export_key(ce,
+			       cl->faults[i].key[0] == 'f' ? "--fault" :
+							     "--delay",
+			       cl->faults[i].key, cl->faults[i].rule);
 	if (cl->no_statistics)
-		set_export_key(ce, "statistics", "false");
+		set_export_key(ce, "--no-statistics", "statistics", "false");
 	if (cl->stripe_size)
-		set_export_key(ce, "stripe-size", cl->stripe_size);
+		set_export_key(ce, "--stripe-size", "stripe-size",
+			       cl->stripe_size);
 	if (cl->level)
-		set_export_key(ce, "level", cl->level);
+		set_export_key(ce, "--level", "level", cl->level);
 	if (cl->copies)
-		set_export_key(ce, "copies", cl->copies);
+		set_export_key(ce, "--copies", "copies", cl->copies);
 	if (cl->timeout)
-		set_export_key(ce, "timeout", cl->timeout);
+		set_export_key(ce, "--timeout", "timeout", cl->timeout);
 	if (cl->size)
-		set_export_key(ce, "size", cl->size);
+		set_export_key(ce, "--size", "size", cl->size);
 	if (cl->description)
-		set_export_key(ce, "description", cl->description);
+		set_export_key(ce, "--description", "description",
+			       cl->description);
 	if (conf_export_check(ce, err, sizeof(err)))
 		die("%s", err);
 	check_own_files(ce, 1);
@@ -541,6 +569,105 @@ static void log_startup(const struct conf_export *defs,
 		 (int)getpid());
 }
 
+/*
+ * Where the settings that must agree with others were last given, for
+ * messages that name what the user wrote: "--tls off: ..." or
+ * "FILE:LINE: [server] tls=off: ...".
+ */
+struct origin {
+	const char *key;
+	const char *flag;  /* as typed; NULL: a line of the file */
+	const char *value;
+	unsigned int line; /* of the file; with no flag, 0: not given */
+};
+
+static struct origin origins[] = {
+	{ .key = "tls" },	      { .key = "tls-certificates" },
+	{ .key = "tls-psk" },	      { .key = "tls-verify-peer" },
+	{ .key = "stats" },	      { .key = "stats-interval" },
+};
+static const char *origin_file; /* the config file's path */
+
+static struct origin *origin(const char *key)
+{
+	for (size_t i = 0; i < sizeof(origins) / sizeof(origins[0]); i++)
+		if (!strcmp(origins[i].key, key))
+			return &origins[i];
+	return NULL;
+}
+
+static void origin_note(const char *key, const char *flag, const char *value,
+			unsigned int line)
+{
+	struct origin *w = origin(key);
+
+	if (w) {
+		w->flag = flag;
+		w->value = value;
+		w->line = line;
+	}
+}
+
+static bool given(const char *key)
+{
+	const struct origin *w = origin(key);
+
+	return w->flag || w->line;
+}
+
+/*
+ * @key's setting as the user wrote it (--tls-verify-peer takes no
+ * value); a line of the file @inner, to be named inside a message.
+ */
+static void origin_name(const char *key, bool inner, char *buf, size_t len)
+{
+	const struct origin *w = origin(key);
+
+	if (w->flag && !strcmp(key, "tls-verify-peer"))
+		snprintf(buf, len, "%s", w->flag);
+	else if (w->flag)
+		snprintf(buf, len, "%s %s", w->flag, w->value);
+	else if (inner)
+		snprintf(buf, len, "%s=%s (%s:%u)", key, w->value,
+			 origin_file, w->line);
+	else
+		snprintf(buf, len, "%s:%u: [server] %s=%s", origin_file,
+			 w->line, key, w->value);
+}
+
+/* Fail on @key, as given: the flag, or the file's line. */
+static void __attribute__((format(printf, 2, 3), noreturn))
+die_setting(const char *key, const char *fmt, ...)
+{
+	char name[1024], why[1024];
+	va_list ap;
+
+	origin_name(key, false, name, sizeof(name));
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	die("%s: %s", name, why);
+}
+
+/*
+ * How to name another setting in a message about @key: in the same
+ * spelling (a flag, or a key of the file).
+ */
+static const char *spelling(const char *key, const char *flag,
+			    const char *file_key)
+{
+	return origin(key)->flag ? flag : file_key;
+}
+
+/* Settings that mean nothing, or the opposite, without others. */
+static void check_settings(void)
+{
+	if (given("stats-interval") && !given("stats"))
+		die_setting("stats-interval", "needs %s (the file it rewrites)",
+			    spelling("stats-interval", "--stats FILE",
+				     "stats = FILE"));
+}
+
 /* The [server] lines of @c, then the flags, through the one setter. */
 static void apply_settings(struct srv_options *o, const struct conf *c,
 			   const struct cmdline *cl)
@@ -573,12 +700,18 @@ static void apply_settings(struct srv_options *o, const struct conf *c,
 		if (r)
 			die("%s:%u: [server] %s=%s: %s", c->path, kv->line,
 			    kv->key, kv->value, why);
+		origin_file = c->path;
+		origin_note(kv->key, NULL, kv->value, kv->line);
 	}
-	for (unsigned int i = 0; i < cl->nr_settings; i++)
+	for (unsigned int i = 0; i < cl->nr_settings; i++) {
 		if (srv_option_set(o, cl->settings[i].key,
 				   cl->settings[i].value, why, sizeof(why)))
 			die("%s %s: %s", cl->settings[i].flag,
 			    cl->settings[i].value, why);
+		origin_note(cl->settings[i].key, cl->settings[i].flag,
+			    cl->settings[i].value, 0);
+	}
+	check_settings();
 }
 
 /* ---- running ---- */
@@ -598,6 +731,44 @@ static size_t memory_budget(const struct srv_options *o, unsigned int workers)
 	if (pages > 0 && psize > 0 && v > (uint64_t)pages * psize / 8)
 		v = (uint64_t)pages * psize / 8;
 	return (size_t)(v < SRV_MEMORY_MIN ? SRV_MEMORY_MIN : v);
+}
+
+/*
+ * -P's directory, before any member is touched: the pid is written last,
+ * and the default control socket (PIDFILE.ctl) goes beside it.
+ */
+static void check_pidfile(const struct srv_options *o, const char *path)
+{
+	struct stat st;
+	char *copy, *dir, err[1024];
+
+	if (!path)
+		return;
+	if (!*path)
+		die("-P '': empty path");
+	copy = strdup(path);
+	if (!copy)
+		die("out of memory");
+	dir = dirname(copy);
+	if (stat(dir, &st))
+		die("-P %s: directory %s: %s", path, dir, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		die("-P %s: %s is not a directory", path, dir);
+	if (access(dir, W_OK | X_OK))
+		die("-P %s: directory %s: %s", path, dir, strerror(errno));
+	free(copy);
+	if (o->control)
+		return;
+	if (snprintf(err, sizeof(err), "%s.ctl", path) >= (int)sizeof(err))
+		die("-P %s: path too long", path);
+	copy = strdup(err);
+	if (!copy)
+		die("out of memory");
+	if (listen_unix_check(copy, err, sizeof(err)))
+		die("-P %s: the control socket beside it (--control puts it "
+		    "elsewhere): %s",
+		    path, err);
+	free(copy);
 }
 
 /* Another server on our socket: say so before any member is touched. */
@@ -771,23 +942,41 @@ static void listen_plan(struct srv_options *o, const struct cmdline *cl,
 }
 
 /*
- * TLS: credentials make it "require" unless --tls says otherwise (a key
- * given is never silently unused by a plaintext server); everything is
- * read now, before -u/-g.
+ * TLS: credentials make it "require" unless --tls says otherwise; a key
+ * given is never silently unused by a plaintext server (--tls off with
+ * credentials is refused, as is --tls-verify-peer without the X.509 CA
+ * that would check the clients); everything is read now, before -u/-g.
  */
 static void tls_setup(const struct srv_options *o)
 {
 	bool creds = o->tls_certificates || o->tls_psk;
-	char err[1024];
+	char err[1024], other[1024];
 
+	if (o->tls_verify_peer && !o->tls_certificates)
+		die_setting("tls-verify-peer",
+			    "needs %s (its ca-cert.pem signs the client "
+			    "certificates)",
+			    spelling("tls-verify-peer",
+				     "--tls-certificates DIR",
+				     "tls-certificates = DIR"));
+	if (o->tls_set && o->tls == SRV_TLS_OFF && creds) {
+		origin_name(o->tls_psk ? "tls-psk" : "tls-certificates", true,
+			    other, sizeof(other));
+		die_setting("tls", "contradicts %s: credentials are for TLS; "
+			    "drop one or the other",
+			    other);
+	}
 	srv.tls_mode = o->tls_set ? o->tls :
 		       creds	 ? SRV_TLS_REQUIRE :
 				   SRV_TLS_OFF;
 	if (srv.tls_mode == SRV_TLS_OFF)
 		return;
 	if (!creds)
-		die("--tls %s: needs --tls-certificates DIR or --tls-psk FILE",
-		    srv_tls_mode_name(srv.tls_mode));
+		die_setting("tls", "needs %s",
+			    spelling("tls",
+				     "--tls-certificates DIR or --tls-psk FILE",
+				     "tls-certificates = DIR or tls-psk = "
+				     "FILE"));
 	if (srv_tls_load(&srv.tls, o->tls_certificates, o->tls_psk,
 			 o->tls_verify_peer, err, sizeof(err)))
 		die("%s", err);
@@ -938,6 +1127,7 @@ int main(int argc, char **argv)
 		run_as_resolve(&o, &run_as);
 		tls_setup(&o);
 		check_socket(&o);
+		check_pidfile(&o, cl.pidfile);
 		own_files[0] = cl.pidfile;
 		own_files[1] = o.trace_file;
 		own_files[2] = o.stats_file;
@@ -953,6 +1143,7 @@ int main(int argc, char **argv)
 		run_as_resolve(&o, &run_as);
 		tls_setup(&o);
 		check_socket(&o);
+		check_pidfile(&o, cl.pidfile);
 		own_files[0] = cl.pidfile;
 		own_files[1] = o.trace_file;
 		own_files[2] = o.stats_file;
@@ -993,8 +1184,13 @@ int main(int argc, char **argv)
 		       o.port ? o.port : SRV_DEFAULT_PORT, err, sizeof(err)))
 		die("%s", err);
 
-	if (srv_stats_open(&o, cl.pidfile, err, sizeof(err)))
+	if (srv_stats_open(&o, cl.pidfile, err, sizeof(err))) {
+		if (!o.control && cl.pidfile)
+			die("-P %s: the control socket beside it (--control "
+			    "puts it elsewhere): %s",
+			    cl.pidfile, err);
 		die("control socket: %s", err);
+	}
 
 	if (!cl.foreground)
 		ready_fd = daemonize();

@@ -337,6 +337,8 @@ stripe_member() {
 #   server_must_fail OPTS... same options; the server must exit non-zero
 #                            without serving; its output in $SERVER_ERR
 #   server_refuses_once OPTS... the same, with exactly one line of output
+#   server_refuses_line PATTERN OPTS... and exit status 1, the line
+#                            matching PATTERN
 #   nbd_uri [EXPORT]         URI of the running server (for qemu, nbdcopy,
 #                            fio, nbdinfo)
 #   requires_nbdpy           Debian's python3 with libnbd's module (skip)
@@ -348,7 +350,7 @@ BIO_PLUGIN=$BUILD_DIR/plugins/nbdkit-bio-plugin.so
 BIONBD=$BUILD_DIR/server/bionbd
 NBDPY=/usr/bin/python3
 _server_seq=0
-NBD_SOCK='' NBD_URI='' SERVER_PID='' SERVER_LOG='' SERVER_ERR=''
+NBD_SOCK='' NBD_URI='' SERVER_PID='' SERVER_LOG='' SERVER_ERR='' SERVER_RC=''
 
 requires_server() {
     case $SERVER in
@@ -575,6 +577,7 @@ server_must_fail() {
     # A server that starts serving would run until the timeout (124).
     timeout 20 "${SERVER_WRAPPER[@]}" "${_cmd[@]}" </dev/null >"$SERVER_ERR" 2>&1 ||
         rc=$?
+    SERVER_RC=$rc
     if [[ $rc -eq 0 || $rc -eq 124 ]]; then
         sed 's/^/    /' "$SERVER_ERR" >&2
         die "expected the server to refuse (exit $rc): ${_cmd[*]}"
@@ -592,6 +595,16 @@ server_refuses_once() {
         sed 's/^/    /' "$SERVER_ERR" >&2
         die "expected one line of output, got $lines: $*"
     fi
+}
+
+# server_refuses_line PATTERN OPTS...: server_refuses_once, with exit
+# status 1 and the one line matching the extended regex PATTERN.
+server_refuses_line() {
+    local pattern=$1
+    shift
+    server_refuses_once "$@"
+    [[ $SERVER_RC -eq 1 ]] || die "exit status $SERVER_RC, expected 1: $*"
+    expect_grep "$pattern" "$SERVER_ERR"
 }
 
 # ------------------------------------------------------------ TLS keys

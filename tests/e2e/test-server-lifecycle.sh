@@ -8,10 +8,13 @@
 # over, another client served meanwhile.  500 idle connections: the
 # server's RSS growth is printed and must stay under 64 MiB.  SIGINT also
 # exits 0.  Daemon mode (no -f): returns once serving, pidfile written,
-# SIGTERM removes socket and pidfile.  --help and --version.  Config
-# errors (missing member, stripe size not a power of two, unknown key,
-# duplicate member or export, bad size, ...): exit 1 with one line naming
-# the key or value, and nothing created.  Both backends where it matters.
+# SIGTERM removes socket and pidfile.  --help and --version; a mistyped
+# option or a missing argument: getopt's line and "Try 'bionbd --help'.",
+# exit 1.  Config errors (missing member, stripe size not a power of two,
+# unknown key, duplicate member or export, bad size, --stats-interval
+# without --stats, -P in a missing directory, ...): exit 1 with one line
+# naming the option or key and the value, and nothing created.  Both
+# backends where it matters.
 source "$(dirname "$0")/functions.sh"
 
 requires_nbdpy
@@ -164,11 +167,28 @@ expect_grep '--backend' "$d/help"
 "$BIONBD" --version >"$d/version" 2>&1 || die "--version: exit status $?"
 [[ $(wc -l <"$d/version") -eq 1 ]] || die "--version: not one line"
 expect_grep '^bionbd [0-9]' "$d/version"
-rc=0
-"$BIONBD" --no-such-flag >"$d/bad" 2>"$d/bad.err" || rc=$?
-[[ $rc -eq 1 ]] || die "--no-such-flag: exit status $rc, expected 1"
-expect_grep 'Usage: bionbd' "$d/bad.err"
-check_sanitizer_log "$d/bad.err"
+# bad_option PATTERN ARGS...: exit 1, getopt's one line (matching
+# PATTERN) and a pointer to --help: no usage text to scroll it away.
+bad_option() {
+    local pat=$1 rc=0
+    shift
+    "$BIONBD" "$@" >"$d/bad" 2>"$d/bad.err" </dev/null || rc=$?
+    check_sanitizer_log "$d/bad.err"
+    [[ $rc -eq 1 ]] || die "bionbd $*: exit status $rc, expected 1"
+    [[ $(wc -l <"$d/bad.err") -eq 2 ]] || {
+        sed 's/^/    /' "$d/bad.err" >&2
+        die "bionbd $*: expected two lines on stderr"
+    }
+    head -1 "$d/bad.err" | grep -E -q -- "$pat" ||
+        die "bionbd $*: first line: $(head -1 "$d/bad.err")"
+    [[ $(tail -1 "$d/bad.err") == "Try 'bionbd --help'." ]] ||
+        die "bionbd $*: second line: $(tail -1 "$d/bad.err")"
+    [[ ! -s $d/bad ]] || die "bionbd $*: wrote to stdout"
+}
+bad_option "unrecognized option '--no-such-flag'" --no-such-flag
+bad_option "unrecognized option '--bogus'" --bogus "$d/m0"
+bad_option "option requires an argument -- 'c'" -c
+bad_option "option '--stats' requires an argument" --stats
 
 # ---- configuration errors
 log "configuration errors"
@@ -221,6 +241,20 @@ refuse 'poll-us.*100001' --poll-us 100001 "$c/a.img"
 refuse 'poll-us.*-5' --poll-us -5 "$c/a.img"
 refuse 'sendfile-min.*33M' --sendfile-min 33M "$c/a.img"
 refuse 'exportname|-e|config' -c "$c/none.conf" -e foo
+# Settings that would be silently unused: --stats-interval without a
+# --stats file (and in the file too).
+refuse '--stats-interval 5: needs --stats FILE' --stats-interval 5 "$c/a.img"
+refuse '--stats-interval 0: needs --stats FILE' --stats-interval 0 "$c/a.img"
+# -P's directory is checked before any member is made (the pidfile is
+# written last), and its problem is named as -P's, not the control
+# socket's that goes beside it.
+refuse "-P $c/no/dir/x\.pid: directory $c/no/dir: No such file or directory$" \
+    -P "$c/no/dir/x.pid" --size 4M "$c/new0.img" "$c/new1.img"
+long=$c/$(printf 'd%.0s' {1..100})
+mkdir -p "$long"
+refuse "-P $long/x\.pid: the control socket beside it \(--control puts it elsewhere\): .*x\.pid\.ctl: path too long" \
+    -P "$long/x.pid" "$c/a.img"
+rmdir "$long"
 conf poll <<'EOF'
 [server]
     poll-us = soon
@@ -228,6 +262,14 @@ conf poll <<'EOF'
     file = a.img
 EOF
 refuse 'poll\.conf:2.*poll-us=soon' -c "$c/poll.conf"
+conf interval <<'EOF'
+[server]
+    socket = interval.sock
+    stats-interval = 5
+[export one]
+    file = a.img
+EOF
+refuse '[^ ]*interval\.conf:3: \[server\] stats-interval=5: needs stats = FILE' -c "$c/interval.conf"
 conf missing <<'EOF'
 [export one]
     file = nope.img

@@ -17,7 +17,10 @@
 # (garbage, hang-up, silence until the handshake limit) do not disturb a
 # busy one.  Then the whole hostile-input suite (server-malformed.py) over
 # TLS under --tls=require.  --run under require says nbds+unix://.
-# Configuration mistakes are one line and exit 1.
+# Configuration mistakes are one line and exit 1, naming the flag or the
+# file's line: --tls-verify-peer without --tls-certificates (also with no
+# credentials at all, which once served plain text), credentials under
+# --tls off, tls = on without credentials in a file.
 source "$(dirname "$0")/functions.sh"
 
 requires_nbdpy
@@ -149,10 +152,42 @@ bad_tls --tls-certificates "$tmp/noca" --tls-verify-peer
 expect_grep "ca-cert.pem missing" "$tmp/bad.err"
 bad_tls --tls-psk "$K/psk/keys.psk" --tls-verify-peer
 expect_grep "needs --tls-certificates" "$tmp/bad.err"
-printf '[server]\ntls = maybe\n[export x]\nfile = %s\n' "$tmp/m0" >"$tmp/bad.conf"
-rc=0
-"$BIONBD" -f -c "$tmp/bad.conf" >"$tmp/bad.err" 2>&1 || rc=$?
-[[ $rc -eq 1 ]] && expect_grep "bad.conf:2: \[server\] tls=maybe" "$tmp/bad.err"
+# Settings that would leave a server in plain text while it looks
+# protected: --tls-verify-peer with no credentials at all, and TLS
+# credentials under --tls off.
+bad_tls --tls-verify-peer
+expect_grep "^bionbd: --tls-verify-peer: needs --tls-certificates DIR" "$tmp/bad.err"
+bad_tls --tls off --tls-verify-peer
+expect_grep "^bionbd: --tls-verify-peer: needs --tls-certificates DIR" "$tmp/bad.err"
+bad_tls --tls off --tls-psk "$K/psk/keys.psk"
+expect_grep "^bionbd: --tls off: contradicts --tls-psk $K/psk/keys\.psk: " "$tmp/bad.err"
+bad_tls --tls=off --tls-certificates "$K/server"
+expect_grep "^bionbd: --tls off: contradicts --tls-certificates $K/server: " "$tmp/bad.err"
+# bad_conf PATTERN TEXT [ARGS...]: a config file of TEXT (then the
+# members), refused like bad_tls, naming its line.
+bad_conf() {
+    local pat=$1 text=$2 rc=0
+    shift 2
+    printf '%b[export x]\nfile = %s\n' "$text" "$tmp/m0" >"$tmp/bad.conf"
+    timeout 20 "$BIONBD" -f -U "$tmp/bad.sock" -c "$tmp/bad.conf" "$@" \
+        </dev/null >"$tmp/bad.err" 2>&1 || rc=$?
+    [[ $rc -eq 1 && $(grep -c . "$tmp/bad.err") -eq 1 ]] || {
+        sed 's/^/    /' "$tmp/bad.err" >&2
+        die "expected one line and exit 1 (got $rc): $text"
+    }
+    check_sanitizer_log "$tmp/bad.err"
+    expect_grep "$pat" "$tmp/bad.err"
+}
+bad_conf "^bionbd: $tmp/bad.conf:2: \[server\] tls=maybe: expected off, on or require" \
+    '[server]\ntls = maybe\n'
+bad_conf "^bionbd: $tmp/bad.conf:2: \[server\] tls=on: needs tls-certificates = DIR or tls-psk = FILE" \
+    '[server]\ntls = on\n'
+bad_conf "^bionbd: $tmp/bad.conf:3: \[server\] tls-verify-peer=true: needs tls-certificates = DIR" \
+    '[server]\n# no credentials\ntls-verify-peer = true\n'
+bad_conf "^bionbd: $tmp/bad.conf:2: \[server\] tls=off: contradicts tls-psk=$K/psk/keys\.psk \($tmp/bad.conf:3\): " \
+    "[server]\ntls = off\ntls-psk = $K/psk/keys.psk\n"
+bad_conf "^bionbd: --tls off: contradicts tls-psk=$K/psk/keys\.psk \($tmp/bad.conf:2\): " \
+    "[server]\ntls-psk = $K/psk/keys.psk\n" --tls off
 
 log "[server] keys: relative tls-psk path, tls defaults to require"
 mkdir -p "$tmp/conf"

@@ -3,12 +3,14 @@
 # Description: configuration mistakes.  Each one (missing member, the same
 # member twice, also through a symlink, a directory as member, stripe size
 # not a power of two or below 4K, bad or ragged size, members too small,
-# unknown backend, no member at all; in a conf file a syntax error, an
-# unknown key, a bad value and a duplicate export, each with its line
-# number, an export without member, a missing conf file; and for the plugin
-# an export= not in the conf file, an unknown key, conf= mixed with file=)
-# makes the server exit non-zero before serving, with exactly one line of
-# output that names the problem, and leaves the member directory exactly as
+# unknown backend, no member at all, size 0; in a conf file a syntax
+# error, an unknown key, a bad value (size = 0 too) and a duplicate
+# export, each with its line number, an export without member, a missing
+# conf file; and for the plugin an export= not in the conf file, an
+# unknown key, conf= mixed with file=) makes the server exit 1 before
+# serving, with exactly one line of output that names the problem (the
+# line of the key at fault, a member's own), and leaves the member
+# directory exactly as
 # it was: nothing created, extended or truncated, even when other members
 # of the same volume were fine and would have needed creating.  Also the
 # plugin's --help lists every key and --dump-plugin works.
@@ -37,6 +39,7 @@ refuse() {
     local pattern=$1
     shift
     server_refuses_once "$@"
+    [[ $SERVER_RC -eq 1 ]] || die "exit status $SERVER_RC, expected 1: $*"
     expect_grep "$pattern" "$SERVER_ERR"
     snapshot >"$tmp/after"
     diff -u "$tmp/before" "$tmp/after" >&2 ||
@@ -54,6 +57,10 @@ refuse "stripe.size.*2K|stripe.size.*power of two" --stripe-size 2K "$d/m0" "$d/
 refuse "stripe.size.*banana" --stripe-size banana "$d/m0" "$d/m1"
 refuse "size.*12Q" --size 12Q "$d/m0" "$d/m1"
 refuse "size.*1000.*512" --size 1000 "$d/m0" "$d/m1"
+# 0 is not "no size": neither served as the members are, nor reported as
+# a missing member.
+refuse "(^bionbd: --size 0|size=0): a volume of 0 bytes" --size 0 "$d/m0" "$d/m1"
+refuse "(^bionbd: --size 0|size=0): a volume of 0 bytes" --size 0 "$d/m0" "$d/new"
 refuse "tiny.*smaller than" "$d/m0" "$d/tiny"
 refuse "backend.*bogus" --backend bogus "$d/m0" "$d/m1"
 refuse "file|member" # no member at all
@@ -82,6 +89,12 @@ conf_case "bad.conf:3: \[export a\] stripe-size=3K: .*power of two" \
 file = $d/m0
 stripe-size = 3K
 "
+conf_case "bad.conf:4: \[export a\] size=0: a volume of 0 bytes" \
+"[export a]
+file = $d/m0
+file = $d/m1
+size = 0
+"
 conf_case "bad.conf:5: duplicate export 'a' \(first defined at line 1\)" \
 "[export a]
 file = $d/m0
@@ -98,9 +111,37 @@ conf_case "nope.*No such file" \
 "[export a]
 file = $d/nope
 "
+# What is found when the members are looked at cites the line at fault:
+# the member's own, or the key's, not the [export] header's.
+conf_case "bad.conf:5: \[export a\] member $d/nope: No such file" \
+"[export a]
+stripe-size = 64K
+file = $d/m0
+
+file = $d/nope
+"
+conf_case "bad.conf:4: \[export a\] member $d/tiny: .*smaller than" \
+"[export a]
+file = $d/m0
+# the second is too small
+file = $d/tiny
+"
+conf_case "bad.conf:5: \[export a\] fault = member=7: member=7: member 7 does not exist" \
+"[export a]
+file = $d/m0
+file = $d/m1
+fault = op=read rate=1%
+fault = member=7
+"
+conf_case "bad.conf:3: \[export a\] copies 2: only raid1 and raid10 keep copies" \
+"[export a]
+file = $d/m0
+copies = 2
+file = $d/m1
+"
 # All or nothing: export a alone would create two new members, but export
 # b is broken, so neither may touch the directory.
-conf_case "bad.conf:5: \[export b\] .*nope.*No such file" \
+conf_case "bad.conf:6: \[export b\] member $d/nope: No such file" \
 "[export a]
 file = $d/new-a0
 file = $d/new-a1

@@ -13,7 +13,8 @@
 # seed= announces the seed it drew, and restarting with that seed replays
 # the same faults; a fault on one copy of a raid1 marks that member faulty
 # and writes go on.  Bad rules are one-line errors naming them (exit 1),
-# from flags and from a config file (with its line).
+# from flags and from a config file (with its line); so is an empty rule
+# (--fault '', fault =), which would otherwise fail every I/O.
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -204,6 +205,19 @@ grep -q 'member=4: member 4 does not exist' "$SERVER_ERR" ||
 server_refuses_once --delay "op=read" "${members[@]}"
 grep -q 'ms=' "$SERVER_ERR" || die "delay without ms: $(cat "$SERVER_ERR")"
 server_refuses_once --fault "rate=200%" "${members[@]}"
+# An empty rule would fail (or delay) every I/O: an unset variable in
+# --fault "$RULE" must not break the volume quietly.
+if [[ $SERVER == bionbd ]]; then empty="^bionbd: --fault '': empty rule"; else empty="fault=: empty rule"; fi
+server_refuses_line "$empty" --fault "" "${members[@]}"
+server_refuses_line "(--fault ' '|fault= ): empty rule" --fault " " "${members[@]}"
+server_refuses_line "(--delay ''|delay=): empty rule" --delay "" "${members[@]}"
+cat >empty.conf <<EOF
+[export scratch]
+file = $tmp/m0
+file = $tmp/m1
+fault =
+EOF
+server_refuses_line 'empty.conf:4: \[export scratch\] fault=: empty rule' --conf empty.conf
 cat >bad.conf <<EOF
 [export scratch]
 file = $tmp/m0

@@ -30,7 +30,8 @@
 # members that do not exist yet make a new mirror (layout checked, data
 # read back through another member order); a level or copies that
 # disagree with the superblocks, a mirror asked of headerless members or
-# without a size, and copies on raid0 are refused in one line.
+# without a size, and copies on raid0 (--level raid0, headerless members,
+# a raid0 with superblocks) are refused in one line.
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -318,6 +319,14 @@ server_refuses_once --copies 3 n0 n1 n2 n3
 expect_grep "copies 3: volume .* has 2 in its superblocks" "$SERVER_ERR"
 server_refuses_once --level raid0 --copies 2 --size 16M z0 z1
 expect_grep "copies 2: only raid1 and raid10 keep copies" "$SERVER_ERR"
+# Copies of a raid0 without --level: headerless members (once served as
+# if the copies were not asked for), and a raid0 with superblocks (whose
+# "0 copies" was compared).
+server_refuses_line "copies 3: only raid1 and raid10 keep copies, and members without superblocks are raid0" \
+    --copies 3 h0 h1
+expect_ok "$BIOCTL" create --name plain --size 8M p0 p1 >/dev/null
+server_refuses_line "copies 2: volume 'plain' is raid0 in its superblocks, and only raid1 and raid10 keep copies" \
+    --copies 2 p0 p1
 
 # Split brain: member 1 served alone (0 gone), then member 0 alone (1
 # gone): each records the other faulty and holds writes the other lacks.

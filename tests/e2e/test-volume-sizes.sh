@@ -53,7 +53,7 @@ for size in 9223372036854775808 18446744073709551104; do
     refuse "size $size: .*$INT64_MAX" --size "$size" "$d/m0"
     refuse "size $size: .*$INT64_MAX" --size "$size" "$d/m0" "$d/m1" "$d/new"
     printf '[export big]\nfile = %s\nsize = %s\n' "$d/m0" "$size" >"$tmp/big.conf"
-    refuse "big.conf:1: \[export big\] size $size: .*$INT64_MAX" \
+    refuse "big.conf:3: \[export big\] size $size: .*$INT64_MAX" \
         --conf "$tmp/big.conf"
 done
 refuse "size.*18446744073709551615.*512" --size 18446744073709551615 "$d/m0"

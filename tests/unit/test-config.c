@@ -213,6 +213,10 @@ static void test_bad(void)
 		  "t.conf:3:", "size=-1", NULL);
 	parse_bad(-EINVAL, "[export a]\nfile = /m\nsize = 1000\n",
 		  "t.conf:3:", "size=1000", "multiple of 512", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nsize = 0\n",
+		  "t.conf:3:", "size=0", "0 bytes", NULL);
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nsize = 0K\n",
+		  "t.conf:3:", "size=0K", "0 bytes", NULL);
 	parse_bad(-EINVAL, "[export a]\nfile = /m\nstripe-size = 48K\n",
 		  "t.conf:3:", "stripe-size=48K", "power of two", NULL);
 	parse_bad(-EINVAL, "[export a]\nfile = /m\nstripe-size = 2K\n",
@@ -274,8 +278,9 @@ static void test_setters(void)
 	CHECK(strstr(err, "stripe-size=4097"));
 	CHECK_EQ(e.chunk_bytes, 4096); /* unchanged by a refused value */
 	CHECK_EQ(conf_export_set(&e, "stripe-size", "1G", err, sizeof(err)), 0);
-	CHECK_EQ(conf_export_set(&e, "size", "0", err, sizeof(err)), 0);
 	CHECK_EQ(conf_export_set(&e, "size", "4G", err, sizeof(err)), 0);
+	CHECK_EQ(conf_export_set(&e, "size", "0", err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "size=0"));
 	CHECK_EQ(e.size_bytes, 4ull << 30);
 	CHECK_EQ(conf_export_set(&e, "description", "d", err, sizeof(err)), 0);
 	CHECK(!strcmp(e.description, "d"));

@@ -121,7 +121,6 @@ static void expect_refused(enum fault_kind kind, const char *text,
 static void case_parse(void)
 {
 	static const char *const good_faults[] = {
-		"",
 		"member=2 op=write error=EIO rate=1% range=1G-2G",
 		"member=0,3 op=read,trim error=ENOSPC after=10 count=2",
 		"op=write torn=3 member-range=64K+4K seed=7",
@@ -146,6 +145,9 @@ static void case_parse(void)
 		CHECK_EQ(fault_rule_check(FAULT_DELAY, good_delays[i], 4, err,
 					  sizeof(err)),
 			 0);
+	expect_refused(FAULT_ERROR, "", 4, "empty rule");
+	expect_refused(FAULT_ERROR, " \t ", 4, "empty rule");
+	expect_refused(FAULT_DELAY, "", 4, "empty rule");
 	expect_refused(FAULT_ERROR, "member=4", 4, "member=4");
 	expect_refused(FAULT_ERROR, "member=4", 4, "does not exist");
 	expect_refused(FAULT_ERROR, "member=x", 0, "member=x");

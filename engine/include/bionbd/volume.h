@@ -41,7 +41,9 @@ struct volume_config {
 	 * superblocks must agree; headerless members that do not exist yet
 	 * become a new self-describing mirror (a size is needed); existing
 	 * headerless ones are refused for a mirror.  @copies (raid10's K; 0 =
-	 * 2, or the superblocks') likewise.
+	 * 2, or the superblocks') likewise, and only for a mirror: copies
+	 * asked of a raid0 (by @level, its superblocks, or headerless
+	 * members) are refused.
 	 */
 	bool level_set;
 	uint32_t level;

@@ -75,6 +75,13 @@ struct conf_export {
 	unsigned int remote_timeout_ms;
 	unsigned int
 	    line; /* line of its [export] header; 0 = not from a file */
+	/*
+	 * From a file, the lines of what a volume's check or open can find
+	 * wrong, for its message to cite: members[i] is on member_lines[i],
+	 * and so on; NULL or 0 when not from a file (or not given).
+	 */
+	unsigned int *member_lines, *spare_lines, *fault_lines;
+	unsigned int size_line, chunk_line, level_line, copies_line;
 };
 
 /* A key = value line of a section the NBD layer does not own. */
