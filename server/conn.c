@@ -66,6 +66,13 @@ static void conn_free(struct conn *c)
 	ev_io_stop(w->loop, &c->rio);
 	ev_io_stop(w->loop, &c->wio);
 	ev_timer_stop(w->loop, &c->hs_timer);
+	if (c->yielded) {
+		struct conn **pp = &w->yielded;
+
+		while (*pp != c)
+			pp = &(*pp)->yield_next;
+		*pp = c->yield_next;
+	}
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -150,7 +157,12 @@ static ssize_t conn_recv(struct conn *c, void *buf, size_t len)
  */
 static void conn_read_kick(struct conn *c)
 {
-	if (c->tls && ev_is_active(&c->rio) && tls_pending(c->tls))
+	/*
+	 * Not while yielded: the fed event would find nothing to do and
+	 * feed itself again, inside this loop iteration, for ever.
+	 */
+	if (c->tls && !c->yielded && ev_is_active(&c->rio) &&
+	    tls_pending(c->tls))
 		ev_feed_event(c->w->loop, &c->rio, EV_READ);
 }
 
@@ -364,11 +376,33 @@ static void tx_ready(struct conn *c, struct nbd_req *r)
 	conn_pause_check(c);
 }
 
+/*
+ * This turn's requests cost @cost more: past SRV_TURN_COST, stop reading
+ * and parsing until the next turn, when the worker's other connections
+ * have had theirs.  True if it yielded.
+ */
+static bool conn_turn_spent(struct conn *c, unsigned int cost)
+{
+	struct worker *w = c->w;
+
+	c->turn_cost += cost;
+	if (c->turn_cost < SRV_TURN_COST || c->paused || c->draining ||
+	    c->dead)
+		return false;
+	c->yielded = true;
+	ev_io_stop(w->loop, &c->rio);
+	c->yield_next = w->yielded;
+	w->yielded = c;
+	ev_idle_start(w->loop, &w->yield_idle);
+	return true;
+}
+
 /* A 28-byte request header arrived.  Returns false to stop parsing. */
 static bool tx_header(struct conn *c, const uint8_t *h)
 {
 	struct nbd_req *r;
 	int rc = req_begin(c, h, &r);
+	unsigned int cost;
 
 	if (rc == REQ_DISC) {
 		conn_drain(c);
@@ -384,8 +418,9 @@ static bool tx_header(struct conn *c, const uint8_t *h)
 		c->rx = r;
 		return true;
 	}
-	tx_ready(c, r);
-	return !c->paused;
+	cost = r->type == NBD_CMD_BLOCK_STATUS ? SRV_COST_BLOCK_STATUS : 1;
+	tx_ready(c, r); /* @r may be gone */
+	return !c->paused && !conn_turn_spent(c, cost);
 }
 
 static void tx_stash(struct conn *c, const uint8_t *p, size_t n)
@@ -419,6 +454,8 @@ static void tx_parse(struct conn *c, const uint8_t *p, size_t n)
 			if (r->have == r->len) {
 				c->rx = NULL;
 				tx_ready(c, r);
+				if (!c->paused && conn_turn_spent(c, 1))
+					break;
 			}
 		} else if (!c->hdr_have && n >= NBD_REQUEST_BYTES) {
 			p += NBD_REQUEST_BYTES;
@@ -440,7 +477,7 @@ static void tx_parse(struct conn *c, const uint8_t *p, size_t n)
 			if (!tx_header(c, c->hdr))
 				break;
 		}
-		if (c->paused)
+		if (c->paused || c->yielded)
 			break;
 	}
 	if (n && !c->dead && !c->draining)
@@ -452,7 +489,8 @@ static void tx_read(struct conn *c)
 	struct worker *w = c->w;
 	size_t budget = worker_turn_bytes(w, c, SRV_TURN_RECV_BYTES);
 
-	while (!c->paused && !c->dead) {
+	c->turn_cost = 0;
+	while (!c->paused && !c->dead && !c->yielded) {
 		struct nbd_req *r = c->rx;
 		ssize_t n;
 
@@ -471,6 +509,8 @@ static void tx_read(struct conn *c)
 				if (r->have == r->len) {
 					c->rx = NULL;
 					tx_ready(c, r);
+					if (!c->paused)
+						(void)conn_turn_spent(c, 1);
 				}
 				continue;
 			}
@@ -523,7 +563,8 @@ static void conn_resume(struct conn *c)
 		c->pend = NULL;
 		tx_parse(c, b, c->pend_len);
 		free(b);
-		if (c->paused || c->dead)
+		/* Spent its turn meanwhile: conn_resume_yielded goes on. */
+		if (c->paused || c->dead || c->yielded)
 			return;
 	}
 	conn_read_on(c);
@@ -927,6 +968,42 @@ static void conn_write_cb(struct ev_loop *loop, ev_io *w, int revents)
 	if (c->state == CS_TRANSMISSION)
 		conn_send(c);
 	/* obuf_send started reading again: the loop calls conn_read_cb. */
+}
+
+/*
+ * Connections that spent their turn (conn_turn_spent): parse what they
+ * left, once a loop iteration, before the replies go out.
+ */
+void conn_resume_yielded(struct worker *w)
+{
+	struct conn *list = w->yielded;
+	unsigned int turn = ev_iteration(w->loop);
+
+	if (!list || w->yield_turn == turn)
+		return;
+	w->yield_turn = turn;
+	w->yielded = NULL;
+	while (list) {
+		struct conn *c = list;
+
+		list = c->yield_next;
+		c->yielded = false;
+		c->turn_cost = 0;
+		if (c->paused || c->draining || c->dead)
+			continue; /* conn_resume, or closing */
+		if (c->pend) {
+			uint8_t *b = c->pend;
+
+			c->pend = NULL;
+			tx_parse(c, b, c->pend_len);
+			free(b);
+			if (c->paused || c->dead || c->yielded)
+				continue;
+		}
+		conn_read_on(c);
+	}
+	if (!w->yielded)
+		ev_idle_stop(w->loop, &w->yield_idle);
 }
 
 void conn_send_dirty(struct worker *w)

@@ -70,6 +70,13 @@ struct conn {
 	unsigned int inflight;
 	size_t inflight_bytes;
 	bool paused; /* not reading: limit reached */
+	/*
+	 * Not reading: this turn's requests cost SRV_TURN_COST; the rest
+	 * (pend) is parsed at the next turn (conn_resume_yielded).
+	 */
+	bool yielded;
+	struct conn *yield_next; /* worker's yielded list */
+	unsigned int turn_cost;
 	bool draining; /* DISC, EOF or shutdown: finish, then close */
 	bool dead; /* socket failed: never write again */
 	struct nbd_req *oq_head, **oq_tail; /* replies to send, in order */
@@ -102,6 +109,7 @@ static inline void conn_mark_dirty(struct conn *c)
 /* conn.c, for the worker */
 void conn_accept(struct worker *w, int fd);
 void conn_send_dirty(struct worker *w);
+void conn_resume_yielded(struct worker *w);
 void conn_stop_all(struct worker *w);
 void conn_close_all(struct worker *w);
 

@@ -70,6 +70,15 @@
  * and the same SRV_TURN_SMALL_BYTES while small requests come.
  */
 #define SRV_TURN_INLINE_BYTES (512u << 10)
+/*
+ * Requests one connection may start in one loop turn, in units: most cost
+ * one, so the bound is never met before SRV_MAX_INFLIGHT_REQS pauses the
+ * connection; a block status costs what its hole lookups may (up to
+ * BIO_EXTENTS_MAX extents, ~0.6 ms on tmpfs), so a client pipelining them
+ * over a fragmented file gets four a turn and the others go between.
+ */
+#define SRV_TURN_COST 256u
+#define SRV_COST_BLOCK_STATUS 64u
 #define SRV_UNIX_SNDBUF (4 << 20) /* queued replies per unix socket */
 #define SRV_READ_CHUNKS 8 /* content chunks in one structured read */
 #define SRV_MAX_EXTENTS (1u << 20) /* descriptors in one block status */

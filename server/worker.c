@@ -16,12 +16,19 @@
  * Once per loop iteration, after the last reap and before the loop blocks:
  * send the replies the completions queued, one send per connection.
  */
+static void worker_yield_idle_cb(struct ev_loop *loop, ev_idle *i,
+				 int revents)
+{
+	/* Nothing: the prepare watcher resumes them (worker_after_reap). */
+}
+
 static void worker_after_reap(struct ioq_ev *qev)
 {
 	struct worker *w = container_of(qev, struct worker, qev);
 
 	bool small = ev_now(w->loop) - w->small_at < SRV_SMALL_WINDOW_S;
 
+	conn_resume_yielded(w);
 	if (w->dirty)
 		busypoll_replied(&w->poll, w->loop);
 	conn_send_dirty(w);
@@ -123,6 +130,7 @@ int worker_init(struct worker *w, struct server *srv)
 		return r;
 	w->qev.after_reap = worker_after_reap;
 	busypoll_init(&w->poll, srv->poll_max_s);
+	ev_idle_init(&w->yield_idle, worker_yield_idle_cb);
 	ev_async_init(&w->wake, worker_wake_cb);
 	ev_async_start(w->loop, &w->wake);
 	ev_timer_init(&w->grace, worker_grace_cb, SRV_SHUTDOWN_GRACE_S, 0.);

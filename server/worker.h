@@ -37,6 +37,9 @@ struct worker {
 	struct conn *conns; /* every connection of this worker */
 	unsigned int nr_conns;
 	struct conn *dirty; /* connections with replies to send or to close */
+	struct conn *yielded; /* to go on parsing next turn (conn.yielded) */
+	unsigned int yield_turn; /* ev_iteration of the last resume */
+	ev_idle yield_idle; /* while any: the loop does not block */
 	bool stopping;
 	ev_timer grace; /* shutdown: drop clients that stop reading */
 	ev_timer trim; /* gives cached buffers back once idle */
