@@ -278,6 +278,35 @@ def restart_nbdkit(pid, sock, args):
     time.sleep(0.3)
 
 
+def sigstop(pid):
+    """SIGSTOP pid and wait until every thread of it has stopped: kill()
+    returns before a thread busy on another CPU has, and a request that
+    reaches it meanwhile is still answered."""
+    import signal
+    import time
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while True:
+        running = 0
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            return
+        for t in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{t}/stat") as f:
+                    s = f.read()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if s[s.rindex(")") + 2] not in "tT":
+                running += 1
+        if not running:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pid {pid}: {running} threads not stopped")
+        time.sleep(0.001)
+
+
 def restart_remote_from_env():
     """restart_nbdkit of the remote the test script names: $WBPID on
     $SOCK, started with the nbdkit arguments $WBARGS."""

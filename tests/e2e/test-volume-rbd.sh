@@ -730,7 +730,7 @@ rbd_cmd create --size 16M rbd/fl || die "rbd create fl"
 start_server --timeout 3 rbd:rbd/fl
 NBD_URI=$NBD_URI OSD_PID=$(osd_pid) nbdpy - <<'PY' || die "a failed flush"
 import os, signal, nbd
-from nbd_e2e import connect
+from nbd_e2e import connect, sigstop
 
 def flush_fails(h, why):
     try:
@@ -744,7 +744,7 @@ osd = int(os.environ["OSD_PID"])
 h = connect()
 h.pwrite(b"a" * 4096, 0)
 h.flush()   # librbd's cache writes through until the first flush
-os.kill(osd, signal.SIGSTOP)
+sigstop(osd)
 try:
     h.pwrite(b"b" * 4096, 0)   # write-around: acknowledged once sent
     flush_fails(h, "a flush over a write the OSD never answered succeeded")

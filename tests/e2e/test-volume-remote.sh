@@ -577,13 +577,13 @@ start_remote wb "${wbargs[@]}"
 start_server --timeout 1 "$(ruri wb)"
 WBPID=${RPID[wb]} SOCK=$tmp/r-wb.sock WBARGS="${wbargs[*]}" \
     NBD_URI=$NBD_URI nbdpy - <<'PY' || die "a remote that hung and restarted: flushes"
-import errno, os, signal
-from nbd_e2e import connect, expect_error, restart_remote_from_env
+import errno, os
+from nbd_e2e import connect, expect_error, restart_remote_from_env, sigstop
 h = connect()
 h.pwrite(b"A" * 65536, 0)
 h.flush()
 h.pwrite(b"B" * 65536, 1 << 20)
-os.kill(int(os.environ["WBPID"]), signal.SIGSTOP)
+sigstop(int(os.environ["WBPID"]))
 expect_error(errno.EIO, "a write to the hung remote", h.pwrite,
              b"C" * 4096, 2 << 20)
 restart_remote_from_env()
@@ -606,10 +606,10 @@ if [[ $SERVER == plugin ]]; then
     start_server --timeout 3 --stripe-size 64K "$tmp/hold0.img" "$(ruri hold)"
     RPID_HOLD=${RPID[hold]} NBD_URI=$NBD_URI nbdpy - <<'PY' ||
 import os, signal, threading, time
-from nbd_e2e import connect
+from nbd_e2e import connect, sigstop
 a = connect()
 a.pwrite(b"A" * 4096, 65536)  # chunk 1: the remote, not flushed
-os.kill(int(os.environ["RPID_HOLD"]), signal.SIGSTOP)
+sigstop(int(os.environ["RPID_HOLD"]))
 try:
     # nbdkit answers the disconnect once a's threads have ended, each
     # flushing the stopped remote: wait for that beside b.
