@@ -136,28 +136,35 @@ void usage(FILE *f)
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* One line on stderr; returns @status, the exit status it stands for. */
+static int say(int status, const char *fmt, va_list ap)
+{
+	fputs("bioctl: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	return status;
+}
+
 static int fail(const char *fmt, ...)
 {
 	va_list ap;
+	int r;
 
-	fputs("bioctl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	r = say(1, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
-	return 1;
+	return r;
 }
 
 int usage_error(const char *fmt, ...)
 {
 	va_list ap;
+	int r;
 
-	fputs("bioctl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	r = say(2, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
-	return 2;
+	return r;
 }
 
 /*
