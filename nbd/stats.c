@@ -5,6 +5,7 @@
  * JSON layout is documented in docs/stats.md; tools read it by name.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +114,24 @@ void nbdl_stats_json(FILE *f, struct nbdl_export *v, unsigned int nr,
 	if (more)
 		more(f, arg);
 	fputs("}\n", f);
+}
+
+int nbdl_stats_probe(const char *path)
+{
+	char *tmp = NULL;
+	int fd, r = 0;
+
+	if (asprintf(&tmp, "%s.tmp", path) < 0)
+		return -ENOMEM;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+	if (fd < 0) {
+		r = -errno;
+	} else {
+		close(fd);
+		unlink(tmp);
+	}
+	free(tmp);
+	return r;
 }
 
 int nbdl_stats_write(const char *path, struct nbdl_export *v, unsigned int nr,

@@ -640,6 +640,7 @@ static int get_ready(void)
 	const struct conf_export *defs = &cmdline;
 	unsigned int n = 1, i;
 	char msg[1024];
+	int r;
 
 	if (!ioq_key_live) {
 		nbdkit_error("pthread_key_create failed: no per-thread queues");
@@ -660,6 +661,11 @@ static int get_ready(void)
 	    conf_exports_path_check(defs, n, stats_path, "stats=", msg,
 				    sizeof(msg))) {
 		nbdkit_error("%s", msg);
+		return -1;
+	}
+	/* Again in .after_fork, as nbdkit's -u user. */
+	if (stats_path && (r = nbdl_stats_probe(stats_path))) {
+		nbdkit_error("stats=%s: %s", stats_path, strerror(-r));
 		return -1;
 	}
 	if (trace_path &&
@@ -734,6 +740,11 @@ static int bio_after_fork(void)
 		target_start(exports[i].vol);
 	rbd_wait_connecting();
 	fork_pipe_close();
+	/* nbdkit is the user of -u now, who writes them at unload. */
+	if (stats_path && (r = nbdl_stats_probe(stats_path))) {
+		nbdkit_error("stats=%s: %s", stats_path, strerror(-r));
+		return -1;
+	}
 	if (trace_path && (r = trace_run())) {
 		nbdkit_error("trace=%s: %s", trace_path, strerror(-r));
 		return -1;

@@ -1044,9 +1044,11 @@ static void run_as_resolve(const struct srv_options *o, struct run_as *ra)
  * directory lets USER (a sticky /tmp, a directory USER owns).
  */
 static void drop_privileges(const struct run_as *ra, const char *socket,
-			    const char *pidfile)
+			    bool own_socket, const char *pidfile,
+			    const char *stats)
 {
 	uid_t owner = ra->user ? ra->uid : (uid_t)-1;
+	int r;
 
 	if (!ra->set)
 		return;
@@ -1071,6 +1073,16 @@ static void drop_privileges(const struct run_as *ra, const char *socket,
 	/* Paranoia: a setuid that did not take must not go unnoticed. */
 	if (ra->user && ra->uid != 0 && (setuid(0) == 0 || geteuid() == 0))
 		die("-u %s: could not drop root", ra->user);
+	/* Checked at start already, but as root: now as who writes them. */
+	if (stats && (r = nbdl_stats_probe(stats))) {
+		if (socket && own_socket)
+			unlink(socket);
+		if (srv_stats_control_path())
+			unlink(srv_stats_control_path());
+		if (pidfile)
+			unlink(pidfile);
+		die("--stats %s: %s", stats, strerror(-r));
+	}
 	nbdl_log(NBDL_INFO, "running as uid %u, gid %u", (unsigned int)getuid(),
 		 (unsigned int)getgid());
 }
@@ -1173,7 +1185,13 @@ int main(int argc, char **argv)
 		      cl.foreground ? SRV_LOG_STDERR : SRV_LOG_SYSLOG,
 		      cl.verbose);
 
-	/* Before the listeners: a bad path leaves no socket behind. */
+	/*
+	 * Before the listeners: a bad path leaves no socket behind.  The
+	 * statistics are written at exit: a mistake is found now, not when
+	 * a whole run's counts are lost.
+	 */
+	if (o.stats_file && (r = nbdl_stats_probe(o.stats_file)))
+		die("--stats %s: %s", o.stats_file, strerror(-r));
 	if (o.trace_file &&
 	    trace_open(o.trace_file, o.trace_buffer, err, sizeof(err)))
 		die("trace: %s", err);
@@ -1238,7 +1256,8 @@ int main(int argc, char **argv)
 
 	if (cl.pidfile)
 		write_pidfile(cl.pidfile);
-	drop_privileges(&run_as, o.socket, cl.pidfile);
+	drop_privileges(&run_as, o.socket, !activated, cl.pidfile,
+			o.stats_file);
 	log_startup(conf ? conf->exports : &cmdline_export, &o, activated);
 	/* After any fork (daemonize): a mirror's rebuild is a thread. */
 	for (unsigned int i = 0; i < srv.nr_exports; i++)

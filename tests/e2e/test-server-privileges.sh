@@ -7,7 +7,8 @@
 # SIGTERM still exits 0 and removes its socket and pidfile.  -u alone
 # takes the user's group.  --run's command runs as the user and the
 # private socket directory is still removed.  An unknown user or group,
-# and -u when not started as root, are one line and exit 1.
+# -u when not started as root, and --stats in a directory the user cannot
+# write are one line and exit 1 (and leave no socket or pidfile).
 source "$(dirname "$0")/functions.sh"
 
 requires_root
@@ -83,6 +84,13 @@ expect_grep "no such user" "$tmp/err"
 [[ ! -e $tmp/x.sock ]] || die "-u with an unknown user left its socket"
 refused "$BIONBD" -f -U "$tmp/x.sock" -g no-such-group-here "${m[@]}"
 expect_grep "no such group" "$tmp/err"
+# Statistics nobody could write at exit: refused at start, as nobody.
+mkdir -m 0700 "$tmp/rootonly"
+refused "$BIONBD" -f -U "$tmp/x.sock" -P "$tmp/x.pid" -u nobody \
+    --stats "$tmp/rootonly/s.json" "${m[@]}"
+expect_grep "^bionbd: --stats .*/rootonly/s.json: Permission denied" "$tmp/err"
+[[ ! -e $tmp/x.sock && ! -e $tmp/x.pid && ! -e $tmp/x.pid.ctl ]] ||
+    die "a refused --stats left $(ls "$tmp"/x.*) behind"
 chmod 666 "$tmp/m0" "$tmp/m1"
 refused setpriv --reuid=65534 --regid=65534 --clear-groups \
     "$BIONBD" -f -U "$tmp/x.sock" -u nobody "${m[@]}"

@@ -15,7 +15,8 @@
 # closed one no longer; the --stats-interval file is there before exit; a
 # corrupt answer is refused with a clear message.  statistics=false
 # (--no-statistics) counts nothing, and an export without statistics is
-# left out of the document beside one with them.
+# left out of the document beside one with them.  A --stats path in a
+# directory that is not there is refused at start, in one line.
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -233,4 +234,8 @@ start_server --conf two.conf --stats "$tmp/two.json"
 stop_server
 py -c 'import json, sys; sys.exit([e["name"] for e in json.load(open("two.json"))["exports"]] != ["loud"])' ||
     die "two exports: $(cat two.json)"
+# A file the counts cannot be written to is refused at start, not found
+# out at exit when a whole run's counts are lost.
+server_refuses_once --stats "$tmp/no/such/dir/s.json" "$tmp/l0"
+expect_grep "stats[ =].*/no/such/dir/s.json: No such file or directory" "$SERVER_ERR"
 log ok

@@ -191,6 +191,14 @@ void nbdl_stats_json(FILE *f, struct nbdl_export *v, unsigned int nr,
 		     nbdl_stats_more_fn *more, void *arg);
 
 /**
+ * nbdl_stats_probe - can the statistics be written to @path as
+ * nbdl_stats_write does (its file aside made and removed again)?  For a
+ * front end at start, as the user it will write them as: a mistake found
+ * then, not when the counts of a whole run are lost at exit.  0 or -errno.
+ */
+int nbdl_stats_probe(const char *path);
+
+/**
  * nbdl_stats_write - that document into @path, written aside and renamed
  * over it (a reader never sees half of one).  0 or -errno, logged.
  */
