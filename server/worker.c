@@ -12,16 +12,18 @@
 #include "request.h"
 #include "worker.h"
 
-/*
- * Once per loop iteration, after the last reap and before the loop blocks:
- * send the replies the completions queued, one send per connection.
- */
+/* While connections wait for their next turn: the loop must not block. */
 static void worker_yield_idle_cb(struct ev_loop *loop, ev_idle *i,
 				 int revents)
 {
 	/* Nothing: the prepare watcher resumes them (worker_after_reap). */
 }
 
+/*
+ * Once per loop iteration, after the last reap and before the loop blocks:
+ * parse on for the connections that spent their last turn, then send the
+ * replies the completions queued, one send per connection.
+ */
 static void worker_after_reap(struct ioq_ev *qev)
 {
 	struct worker *w = container_of(qev, struct worker, qev);
