@@ -1214,6 +1214,18 @@ static int open_held(struct target **out, const struct volume_config *cfg,
 			     strerror(-r));
 			goto out;
 		}
+		/*
+		 * One writer a volume: a second server, or bioctl convert or
+		 * create, writing the same members would interleave with us.
+		 * A self-describing volume's lock is its sb_target's; one
+		 * without superblocks holds it on the data descriptor.
+		 */
+		if (!v->nr && !cfg->readonly && !cfg->no_lock) {
+			r = mdev_lock_say(MDEV_FD(to_file_target(t[i])->fd),
+					  "member", paths[i], errbuf, errlen);
+			if (r)
+				goto out;
+		}
 	}
 	if (cfg->nr_faults) {
 		r = stack_faults(cfg, v, t, n, chunk, mirror, errbuf, errlen);

@@ -296,13 +296,13 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 		e->remote_timeout_ms = (unsigned int)(s * 1000 + 0.5);
 		return 0;
 	}
-	if (!strcmp(key, "statistics")) {
+	if (!strcmp(key, "statistics") || !strcmp(key, "lock")) {
 		if (conf_parse_bool(value, &b)) {
 			set_err(errbuf, errlen, "%s=%s: expected true or false",
 				key, value);
 			return -EINVAL;
 		}
-		e->no_statistics = !b;
+		*(key[0] == 's' ? &e->no_statistics : &e->no_lock) = !b;
 		return 0;
 	}
 	if (!strcmp(key, "read-only")) {
@@ -330,7 +330,7 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 	set_err(errbuf, errlen,
 		"%s=%s: unknown key (export keys: file, spare, level, copies, "
 		"stripe-size, size, read-only, description, fault, delay, "
-		"statistics, timeout)",
+		"statistics, lock, timeout)",
 		key, value);
 	return -ENOENT;
 }
@@ -411,6 +411,7 @@ void conf_export_volume(const struct conf_export *e, struct volume_config *vc)
 	vc->chunk_bytes = e->chunk_bytes;
 	vc->size_bytes = e->size_bytes;
 	vc->readonly = e->readonly;
+	vc->no_lock = e->no_lock;
 	vc->remote_timeout_ms = e->remote_timeout_ms;
 }
 

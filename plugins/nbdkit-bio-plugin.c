@@ -945,6 +945,8 @@ static const char bio_config_help[] =
     "                  or threads when io_uring is not usable).\n"
     "statistics=BOOL   Count requests per op, member, errno, latency\n"
     "                  (default true; docs/stats.md).\n"
+    "lock=BOOL         Lock the members of a volume without superblocks\n"
+    "                  against a second writer (default true).\n"
     "stats=FILE        Write the statistics (JSON) to FILE at exit.\n"
     "trace=FILE        Record every request and bio event in FILE (read it\n"
     "                  with bioctl trace; docs/trace.md).\n"

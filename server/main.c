@@ -66,6 +66,7 @@ struct cmdline {
 	} faults[64]; /* --fault, --delay, in order */
 	unsigned int nr_faults;
 	bool no_statistics;
+	bool no_lock;
 	struct flag_setting settings[32];
 	unsigned int nr_settings;
 	char **members;
@@ -121,7 +122,7 @@ static void usage(void)
 	      "              [--tls-verify-peer] [-u USER] [-g GROUP]\n"
 	      "              [--stats FILE] [--stats-interval S] [--control SOCK]\n"
 	      "              [--trace FILE] [--trace-buffer SIZE]\n"
-	      "              [--no-statistics] MEMBER...\n"
+	      "              [--no-statistics] [--no-lock] MEMBER...\n"
 	      "       bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-P PIDFILE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
@@ -205,6 +206,8 @@ static void usage(void)
 	      "                         (bioctl stat); with -P PIDFILE, default\n"
 	      "                         PIDFILE.ctl\n"
 	      "      --no-statistics    count nothing (statistics = false)\n"
+	      "      --no-lock          do not lock the members of a volume\n"
+	      "                         without superblocks (lock = false)\n"
 	      "      --trace FILE       record every request and bio event in FILE\n"
 	      "                         (bioctl trace reads it; docs/trace.md)\n"
 	      "      --trace-buffer SIZE  each thread's trace buffer (default 4M);\n"
@@ -294,6 +297,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "tls-verify-peer", no_argument, NULL, 'Y' },
 		{ "stats", required_argument, NULL, 'I' },
 		{ "no-statistics", no_argument, NULL, 'q' },
+		{ "no-lock", no_argument, NULL, 'n' },
 		{ "stats-interval", required_argument, NULL, 'N' },
 		{ "control", required_argument, NULL, 'Q' },
 		{ "trace", required_argument, NULL, 'E' },
@@ -371,6 +375,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 			break;
 		case 'I': add_setting(cl, "--stats", "stats", optarg); break;
 		case 'q': cl->no_statistics = true; break;
+		case 'n': cl->no_lock = true; break;
 		case 'N':
 			add_setting(cl, "--stats-interval", "stats-interval",
 				    optarg);
@@ -465,6 +470,8 @@ static void exports_from_cmdline(const struct cmdline *cl)
 			       cl->faults[i].key, cl->faults[i].rule);
 	if (cl->no_statistics)
 		set_export_key(ce, "--no-statistics", "statistics", "false");
+	if (cl->no_lock)
+		set_export_key(ce, "--no-lock", "lock", "false");
 	if (cl->stripe_size)
 		set_export_key(ce, "--stripe-size", "stripe-size",
 			       cl->stripe_size);
@@ -1129,8 +1136,9 @@ int main(int argc, char **argv)
 	if (cl.conf_path) {
 		if (cl.nr_members || cl.nr_spares || cl.stripe_size || cl.size ||
 		    cl.level || cl.copies || cl.export_name ||
-		    cl.description || cl.nr_faults || cl.no_statistics)
-			die("-c %s: member files, --spare, --level, --copies, --stripe-size, --size, --fault, --delay, --no-statistics, -e and --description belong in the config file",
+		    cl.description || cl.nr_faults || cl.no_statistics ||
+		    cl.no_lock)
+			die("-c %s: member files, --spare, --level, --copies, --stripe-size, --size, --fault, --delay, --no-statistics, --no-lock, -e and --description belong in the config file",
 			    cl.conf_path);
 		if (conf_load(&conf, cl.conf_path, err, sizeof(err)))
 			die("%s", err);

@@ -422,7 +422,7 @@ nbd_uri() {
 _server_cmd() {
     local sock=$1 pidfile=$2 ro='' chunk='' size='' be='' conf='' export='' arg
     local threads='' async='' sendfile='' level='' copies='' verbose='' n
-    local stats='' nostats='' trace='' tracebuf='' rtimeout=''
+    local stats='' nostats='' trace='' tracebuf='' rtimeout='' nolock=''
     shift 2
     local mem=() spares=() faults=()
     while [[ $# -gt 0 ]]; do
@@ -439,6 +439,7 @@ _server_cmd() {
         -v) verbose=1 ;;
         --stats) stats=$2; shift ;;
         --no-statistics) nostats=1 ;;
+        --no-lock) nolock=1 ;;
         --trace) trace=$2; shift ;;
         --trace-buffer) tracebuf=$2; shift ;;
         --timeout) rtimeout=$2; shift ;;
@@ -466,6 +467,7 @@ _server_cmd() {
         done
         [[ -z $stats ]] || _cmd+=("stats=$stats")
         [[ -z $nostats ]] || _cmd+=("statistics=false")
+        [[ -z $nolock ]] || _cmd+=("lock=false")
         [[ -z $trace ]] || _cmd+=("trace=$trace")
         [[ -z $tracebuf ]] || _cmd+=("trace-buffer=$tracebuf")
         [[ -z $rtimeout ]] || _cmd+=("timeout=$rtimeout")
@@ -495,6 +497,7 @@ _server_cmd() {
         done
         [[ -z $stats ]] || _cmd+=(--stats "$stats")
         [[ -z $nostats ]] || _cmd+=(--no-statistics)
+        [[ -z $nolock ]] || _cmd+=(--no-lock)
         [[ -z $trace ]] || _cmd+=(--trace "$trace")
         [[ -z $tracebuf ]] || _cmd+=(--trace-buffer "$tracebuf")
         [[ -z $rtimeout ]] || _cmd+=(--timeout "$rtimeout")

@@ -15,8 +15,10 @@
 # role, a stale member (lower event count), one flipped bit, a truncated
 # superblock, a member too short for its data, a headerless member among
 # self-describing ones, an unknown format version, and a stripe size or
-# size that disagrees with the superblocks.  A FIFO given as a member is
-# refused at once, not waited on; a trace or statistics file that is a
+# size that disagrees with the superblocks.  A volume without superblocks
+# is locked the same way while a writer serves it (a server with
+# --no-lock / lock=false, and bionbd -r, may start beside it).  A FIFO
+# given as a member is refused at once, not waited on; a trace or statistics file that is a
 # member is refused before it is written.
 source "$(dirname "$0")/functions.sh"
 
@@ -169,6 +171,27 @@ start_server b c d a
 nbdcopy "$NBD_URI" back2 || die "nbdcopy out at the end"
 stop_server
 cmp src back2 || die "data differs at the end"
+
+log "members without superblocks: one writer too"
+start_server --size 16M h0 h1
+first_log=$SERVER_LOG first_pid=$SERVER_PID first_sock=$NBD_SOCK
+server_refuses_once h0 h1
+expect_grep "member (.*/)?h0: in use by another process" "$SERVER_ERR"
+for cmd in "convert --stripe-size 128K" "create --size 16M"; do
+    out=$("$BIOCTL" $cmd h0 h1 2>&1) && die "bioctl $cmd on a served volume: $out"
+    [[ $out == *"in use by another process"* ]] || die "bioctl $cmd on a served volume said: $out"
+done
+# A server that shares the files on purpose says so.
+start_server --no-lock h0 h1
+stop_server
+# bionbd -r reads without a lock (the plugin cannot see nbdkit -r).
+if [[ $SERVER == bionbd ]]; then
+    start_server -r h0 h1
+    stop_server
+fi
+SERVER_LOG=$first_log SERVER_PID=$first_pid NBD_SOCK=$first_sock
+stop_server
+cmp -s -n 4096 h0 /dev/zero || die "something wrote h0 while it was served"
 
 log "a FIFO is no member (refused at once, not waited on)"
 mkfifo fifo

@@ -51,6 +51,12 @@ struct volume_config {
 	uint64_t chunk_bytes; /* 0 = STRIPE_DEFAULT_CHUNK */
 	uint64_t size_bytes; /* 0 = from the members; else create/extend */
 	bool readonly;
+	/*
+	 * Members of a writable volume without superblocks are not locked
+	 * (flock): for servers that share them on purpose.  A self-describing
+	 * volume is always locked.
+	 */
+	bool no_lock;
 	bool direct;
 	bool no_inline; /* file_target_opts.no_inline for every member */
 	/*
