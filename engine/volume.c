@@ -547,6 +547,39 @@ static int volume_superblocks(const struct volume_config *cfg,
 		return verr(errbuf, errlen, -EINVAL,
 			    "copies %u: volume '%s' has %u in its superblocks",
 			    cfg->copies, v->sb.name, v->sb.copies);
+	/*
+	 * A mirror named with fewer members than it has active roles would
+	 * start degraded and record the one left out faulty, to be rebuilt
+	 * in full: a member left off the command line or the config must
+	 * not cost that.  A member given but gone (a vanished disk, a remote
+	 * that is down) still starts degraded, and so does a volume given
+	 * spares enough to take the missing roles over.
+	 */
+	if (sb_redundant(v->sb.level) && !cfg->readonly && !cfg->degraded) {
+		unsigned int active = 0, left = SB_ROLE_NONE;
+		char name[SB_NAME_BYTES + 40];
+
+		for (unsigned int i = 0; i < v->sb.nr_roles; i++) {
+			if (v->sb.roles[i].state != SB_ROLE_ACTIVE)
+				continue;
+			active++;
+			if (v->order[i] == SB_ROLE_NONE && left == SB_ROLE_NONE)
+				left = i;
+		}
+		if (v->sb.name[0])
+			snprintf(name, sizeof(name), "%s", v->sb.name);
+		else
+			sb_uuid_format(v->sb.volume_uuid, name);
+		/* A spare given takes over a role left out: meant. */
+		if (cfg->nr_members + cfg->nr_spares < active)
+			return verr(errbuf, errlen, -EINVAL,
+				    "volume '%s': %u members given, %u active "
+				    "in its superblocks (role %u is not there): "
+				    "name them all, or start it degraded "
+				    "(--degraded, degraded = true)",
+				    name, cfg->nr_members, active,
+				    left == SB_ROLE_NONE ? 0 : left);
+	}
 	return 0;
 }
 

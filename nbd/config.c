@@ -296,13 +296,17 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 		e->remote_timeout_ms = (unsigned int)(s * 1000 + 0.5);
 		return 0;
 	}
-	if (!strcmp(key, "statistics") || !strcmp(key, "lock")) {
+	if (!strcmp(key, "statistics") || !strcmp(key, "lock") ||
+	    !strcmp(key, "degraded")) {
 		if (conf_parse_bool(value, &b)) {
 			set_err(errbuf, errlen, "%s=%s: expected true or false",
 				key, value);
 			return -EINVAL;
 		}
-		*(key[0] == 's' ? &e->no_statistics : &e->no_lock) = !b;
+		if (key[0] == 'd')
+			e->degraded = b;
+		else
+			*(key[0] == 's' ? &e->no_statistics : &e->no_lock) = !b;
 		return 0;
 	}
 	if (!strcmp(key, "read-only")) {
@@ -330,7 +334,7 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 	set_err(errbuf, errlen,
 		"%s=%s: unknown key (export keys: file, spare, level, copies, "
 		"stripe-size, size, read-only, description, fault, delay, "
-		"statistics, lock, timeout)",
+		"statistics, lock, degraded, timeout)",
 		key, value);
 	return -ENOENT;
 }
@@ -412,6 +416,7 @@ void conf_export_volume(const struct conf_export *e, struct volume_config *vc)
 	vc->size_bytes = e->size_bytes;
 	vc->readonly = e->readonly;
 	vc->no_lock = e->no_lock;
+	vc->degraded = e->degraded;
 	vc->remote_timeout_ms = e->remote_timeout_ms;
 }
 

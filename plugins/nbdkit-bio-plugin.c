@@ -947,6 +947,8 @@ static const char bio_config_help[] =
     "                  (default true; docs/stats.md).\n"
     "lock=BOOL         Lock the members of a volume without superblocks\n"
     "                  against a second writer (default true).\n"
+    "degraded=BOOL     Start a mirror with members left out (default\n"
+    "                  false: refused).\n"
     "stats=FILE        Write the statistics (JSON) to FILE at exit.\n"
     "trace=FILE        Record every request and bio event in FILE (read it\n"
     "                  with bioctl trace; docs/trace.md).\n"

@@ -67,6 +67,7 @@ struct cmdline {
 	unsigned int nr_faults;
 	bool no_statistics;
 	bool no_lock;
+	bool degraded;
 	struct flag_setting settings[32];
 	unsigned int nr_settings;
 	char **members;
@@ -122,7 +123,7 @@ static void usage(void)
 	      "              [--tls-verify-peer] [-u USER] [-g GROUP]\n"
 	      "              [--stats FILE] [--stats-interval S] [--control SOCK]\n"
 	      "              [--trace FILE] [--trace-buffer SIZE]\n"
-	      "              [--no-statistics] [--no-lock] MEMBER...\n"
+	      "              [--no-statistics] [--no-lock] [--degraded] MEMBER...\n"
 	      "       bionbd [-f] [-U SOCK] [-i ADDR] [-p PORT] [-r] [-t THREADS]\n"
 	      "              [-P PIDFILE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
@@ -208,6 +209,8 @@ static void usage(void)
 	      "      --no-statistics    count nothing (statistics = false)\n"
 	      "      --no-lock          do not lock the members of a volume\n"
 	      "                         without superblocks (lock = false)\n"
+	      "      --degraded         start a mirror with members left out\n"
+	      "                         (degraded = true)\n"
 	      "      --trace FILE       record every request and bio event in FILE\n"
 	      "                         (bioctl trace reads it; docs/trace.md)\n"
 	      "      --trace-buffer SIZE  each thread's trace buffer (default 4M);\n"
@@ -298,6 +301,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "stats", required_argument, NULL, 'I' },
 		{ "no-statistics", no_argument, NULL, 'q' },
 		{ "no-lock", no_argument, NULL, 'n' },
+		{ "degraded", no_argument, NULL, 'G' },
 		{ "stats-interval", required_argument, NULL, 'N' },
 		{ "control", required_argument, NULL, 'Q' },
 		{ "trace", required_argument, NULL, 'E' },
@@ -376,6 +380,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		case 'I': add_setting(cl, "--stats", "stats", optarg); break;
 		case 'q': cl->no_statistics = true; break;
 		case 'n': cl->no_lock = true; break;
+		case 'G': cl->degraded = true; break;
 		case 'N':
 			add_setting(cl, "--stats-interval", "stats-interval",
 				    optarg);
@@ -472,6 +477,8 @@ static void exports_from_cmdline(const struct cmdline *cl)
 		set_export_key(ce, "--no-statistics", "statistics", "false");
 	if (cl->no_lock)
 		set_export_key(ce, "--no-lock", "lock", "false");
+	if (cl->degraded)
+		set_export_key(ce, "--degraded", "degraded", "true");
 	if (cl->stripe_size)
 		set_export_key(ce, "--stripe-size", "stripe-size",
 			       cl->stripe_size);
@@ -1137,8 +1144,8 @@ int main(int argc, char **argv)
 		if (cl.nr_members || cl.nr_spares || cl.stripe_size || cl.size ||
 		    cl.level || cl.copies || cl.export_name ||
 		    cl.description || cl.nr_faults || cl.no_statistics ||
-		    cl.no_lock)
-			die("-c %s: member files, --spare, --level, --copies, --stripe-size, --size, --fault, --delay, --no-statistics, --no-lock, -e and --description belong in the config file",
+		    cl.no_lock || cl.degraded)
+			die("-c %s: member files, --spare, --level, --copies, --stripe-size, --size, --fault, --delay, --no-statistics, --no-lock, --degraded, -e and --description belong in the config file",
 			    cl.conf_path);
 		if (conf_load(&conf, cl.conf_path, err, sizeof(err)))
 			die("%s", err);

@@ -423,6 +423,7 @@ _server_cmd() {
     local sock=$1 pidfile=$2 ro='' chunk='' size='' be='' conf='' export='' arg
     local threads='' async='' sendfile='' level='' copies='' verbose='' n
     local stats='' nostats='' trace='' tracebuf='' rtimeout='' nolock=''
+    local degraded=''
     shift 2
     local mem=() spares=() faults=()
     while [[ $# -gt 0 ]]; do
@@ -440,6 +441,7 @@ _server_cmd() {
         --stats) stats=$2; shift ;;
         --no-statistics) nostats=1 ;;
         --no-lock) nolock=1 ;;
+        --degraded) degraded=1 ;;
         --trace) trace=$2; shift ;;
         --trace-buffer) tracebuf=$2; shift ;;
         --timeout) rtimeout=$2; shift ;;
@@ -468,6 +470,7 @@ _server_cmd() {
         [[ -z $stats ]] || _cmd+=("stats=$stats")
         [[ -z $nostats ]] || _cmd+=("statistics=false")
         [[ -z $nolock ]] || _cmd+=("lock=false")
+        [[ -z $degraded ]] || _cmd+=("degraded=true")
         [[ -z $trace ]] || _cmd+=("trace=$trace")
         [[ -z $tracebuf ]] || _cmd+=("trace-buffer=$tracebuf")
         [[ -z $rtimeout ]] || _cmd+=("timeout=$rtimeout")
@@ -498,6 +501,7 @@ _server_cmd() {
         [[ -z $stats ]] || _cmd+=(--stats "$stats")
         [[ -z $nostats ]] || _cmd+=(--no-statistics)
         [[ -z $nolock ]] || _cmd+=(--no-lock)
+        [[ -z $degraded ]] || _cmd+=(--degraded)
         [[ -z $trace ]] || _cmd+=(--trace "$trace")
         [[ -z $tracebuf ]] || _cmd+=(--trace-buffer "$tracebuf")
         [[ -z $rtimeout ]] || _cmd+=(--timeout "$rtimeout")

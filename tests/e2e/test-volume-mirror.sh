@@ -23,7 +23,8 @@
 # go out with sendfile): every read still returns the data, from the other
 # copy, and the member is recorded faulty.  A rebuild stopped half-way
 # (bioctl rebuild interrupted) is finished by the server from its
-# checkpoint, and the rebuilt member alone holds all the data.  Spares are
+# checkpoint, and the rebuilt member alone holds all the data (named alone,
+# refused in one line unless --degraded / degraded=true).  Spares are
 # refused in one line: on a raid0, too small, holding a superblock, a
 # member itself, missing (on the command line and in a config file).
 # level = raid10 / copies = 2 (config) and --level (command line) over
@@ -255,7 +256,11 @@ if [[ $SERVER == bionbd ]]; then
 fi
 stop_server
 rm rs0
-start_server rs2
+# Named alone, a member of a complete mirror is most likely a typo: it
+# would record the other faulty.  Said in one line; --degraded means it.
+server_refuses_once rs2
+expect_grep "volume '[^']*': 1 members given, 2 active in its superblocks \(role 0 is not there\): .*--degraded" "$SERVER_ERR"
+start_server --degraded rs2
 nbdcopy "$NBD_URI" back || die "nbdcopy out of the rebuilt member alone"
 stop_server
 cmp src back || die "the member rebuilt in two goes differs"

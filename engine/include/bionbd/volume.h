@@ -57,6 +57,12 @@ struct volume_config {
 	 * volume is always locked.
 	 */
 	bool no_lock;
+	/*
+	 * A writable mirror may start with fewer members (and spares) given
+	 * than it has active roles (those left out are recorded faulty);
+	 * otherwise that is refused, as the typo it usually is.
+	 */
+	bool degraded;
 	bool direct;
 	bool no_inline; /* file_target_opts.no_inline for every member */
 	/*

@@ -72,6 +72,7 @@ struct conf_export {
 	bool readonly;
 	bool no_statistics; /* statistics = false: nothing counted */
 	bool no_lock; /* lock = false: volume_config.no_lock */
+	bool degraded; /* degraded = true: volume_config.degraded */
 	/* timeout = S: remote members' (volume_config.remote_timeout_ms) */
 	unsigned int remote_timeout_ms;
 	unsigned int
@@ -152,7 +153,7 @@ void conf_export_release(struct conf_export *e);
  * conf_export_set - apply one export key ("file", "spare", "level",
  *                   "copies", "stripe-size", "size", "read-only",
  *                   "description", "fault", "delay", "statistics",
- *                   "lock")
+ *                   "lock", "degraded")
  * @errbuf: on failure "key=value: reason" (callers add file and line)
  *
  * "file" and "spare" append a path (refused when the same path is already
