@@ -1256,8 +1256,10 @@ static int open_held(struct target **out, const struct volume_config *cfg,
 		if (!v->nr && !cfg->readonly && !cfg->no_lock) {
 			r = mdev_lock_say(MDEV_FD(to_file_target(t[i])->fd),
 					  "member", paths[i], errbuf, errlen);
-			if (r)
+			if (r) {
+				opened++; /* t[i] is open: the undo closes it */
 				goto out;
+			}
 		}
 	}
 	if (cfg->nr_faults) {
