@@ -501,6 +501,15 @@ static int default_size(const struct volume_config *cfg,
 	return 0;
 }
 
+/* For messages: "volume 'NAME'", or its UUID for a volume with no name. */
+static void sb_volume_name(const struct sb_volume *v, char *buf, size_t len)
+{
+	if (v->sb.name[0])
+		snprintf(buf, len, "%s", v->sb.name);
+	else
+		sb_uuid_format(v->sb.volume_uuid, buf);
+}
+
 /*
  * The superblocks, if the members have them: the geometry comes from
  * there, and a stripe size or size given must agree with it.  Returns 0
@@ -557,7 +566,6 @@ static int volume_superblocks(const struct volume_config *cfg,
 	 */
 	if (sb_redundant(v->sb.level) && !cfg->readonly && !cfg->degraded) {
 		unsigned int active = 0, left = SB_ROLE_NONE;
-		char name[SB_NAME_BYTES + 40];
 
 		for (unsigned int i = 0; i < v->sb.nr_roles; i++) {
 			if (v->sb.roles[i].state != SB_ROLE_ACTIVE)
@@ -566,12 +574,11 @@ static int volume_superblocks(const struct volume_config *cfg,
 			if (v->order[i] == SB_ROLE_NONE && left == SB_ROLE_NONE)
 				left = i;
 		}
-		if (v->sb.name[0])
-			snprintf(name, sizeof(name), "%s", v->sb.name);
-		else
-			sb_uuid_format(v->sb.volume_uuid, name);
 		/* A spare given takes over a role left out: meant. */
-		if (cfg->nr_members + cfg->nr_spares < active)
+		if (cfg->nr_members + cfg->nr_spares < active) {
+			char name[SB_NAME_BYTES + 40];
+
+			sb_volume_name(v, name, sizeof(name));
 			return verr(errbuf, errlen, -EINVAL,
 				    "volume '%s': %u members given, %u active "
 				    "in its superblocks (role %u is not there): "
@@ -579,6 +586,7 @@ static int volume_superblocks(const struct volume_config *cfg,
 				    "(--degraded, degraded = true)",
 				    name, cfg->nr_members, active,
 				    left == SB_ROLE_NONE ? 0 : left);
+		}
 	}
 	return 0;
 }
@@ -1087,10 +1095,8 @@ static int stack_faults(const struct volume_config *cfg,
 	struct fault_set *set;
 	int r;
 
-	if (v->nr && v->sb.name[0])
-		snprintf(name, sizeof(name), "%s", v->sb.name);
-	else if (v->nr)
-		sb_uuid_format(v->sb.volume_uuid, name);
+	if (v->nr)
+		sb_volume_name(v, name, sizeof(name));
 	else
 		snprintf(name, sizeof(name), "%s...", cfg->members[0]);
 	r = fault_set_create(&set, cfg->faults, cfg->nr_faults, n, name,
@@ -1280,11 +1286,7 @@ static int open_held(struct target **out, const struct volume_config *cfg,
 					   MIRROR_FAULTY;
 			cp[i] = v->sb.roles[i].checkpoint;
 		}
-		/* For messages: "volume 'NAME'", or its UUID for no name. */
-		if (v->sb.name[0])
-			snprintf(name, sizeof(name), "%s", v->sb.name);
-		else
-			sb_uuid_format(v->sb.volume_uuid, name);
+		sb_volume_name(v, name, sizeof(name));
 		r = mirror_target_create(&top, t, state, cp, n, v->sb.copies,
 					 chunk, v->sb.size_bytes,
 					 v->sb.data_offset, name);

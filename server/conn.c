@@ -549,6 +549,25 @@ static void tx_read(struct conn *c)
 	}
 }
 
+/*
+ * Reading may go on: parse what was read and stashed, then read more,
+ * unless that stopped it again (paused, dead, or its turn spent, for
+ * conn_resume_yielded to go on with).
+ */
+static void conn_take_pend(struct conn *c)
+{
+	if (c->pend) {
+		uint8_t *b = c->pend;
+
+		c->pend = NULL;
+		tx_parse(c, b, c->pend_len);
+		free(b);
+		if (c->paused || c->dead || c->yielded)
+			return;
+	}
+	conn_read_on(c);
+}
+
 /* In-flight work drained below the limits: take the stash, then read. */
 static void conn_resume(struct conn *c)
 {
@@ -557,17 +576,7 @@ static void conn_resume(struct conn *c)
 	    c->inflight_bytes >= SRV_MAX_INFLIGHT_BYTES / 2)
 		return;
 	c->paused = false;
-	if (c->pend) {
-		uint8_t *b = c->pend;
-
-		c->pend = NULL;
-		tx_parse(c, b, c->pend_len);
-		free(b);
-		/* Spent its turn meanwhile: conn_resume_yielded goes on. */
-		if (c->paused || c->dead || c->yielded)
-			return;
-	}
-	conn_read_on(c);
+	conn_take_pend(c);
 }
 
 static void conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
@@ -989,18 +998,8 @@ void conn_resume_yielded(struct worker *w)
 		list = c->yield_next;
 		c->yielded = false;
 		c->turn_cost = 0;
-		if (c->paused || c->draining || c->dead)
-			continue; /* conn_resume, or closing */
-		if (c->pend) {
-			uint8_t *b = c->pend;
-
-			c->pend = NULL;
-			tx_parse(c, b, c->pend_len);
-			free(b);
-			if (c->paused || c->dead || c->yielded)
-				continue;
-		}
-		conn_read_on(c);
+		if (!c->paused && !c->draining && !c->dead)
+			conn_take_pend(c); /* else conn_resume, or closing */
 	}
 	if (!w->yielded)
 		ev_idle_stop(w->loop, &w->yield_idle);
