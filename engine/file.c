@@ -18,9 +18,6 @@
 
 #include "internal.h"
 
-/* Readahead one CACHE bio may ask of a member (see file_submit). */
-#define FILE_CACHE_MAX_BYTES (8u << 20)
-
 /*
  * The kernel reports a failed writeback once to each open file, at its
  * next fdatasync (or RWF_DSYNC write), and forgets the pages: that one
@@ -70,18 +67,21 @@ static void file_submit(struct target *t, struct bio *bio)
 		return;
 	case REQ_OP_CACHE:
 		/*
-		 * Only a hint: queue readahead and complete at once.  The
-		 * kernel fills holes and cached pages right here, in the
-		 * submitter, so a huge hint is cut to its head: one client's
-		 * CACHE of a whole volume must not hold the thread for
-		 * seconds.
+		 * Only a hint.  A memory-backed member holds every page
+		 * already.  On another, the kernel reads the uncached pages in
+		 * the thread that asks, and waits whenever the disk's queue is
+		 * full: 256 hints held a worker, and every client on it, for
+		 * up to a second.  So the backend asks off the worker (the
+		 * thread pool, io_uring's async workers; file_cache_bytes),
+		 * a few at a time: past IOQ_MAX_HINTS a hint is answered
+		 * unheeded rather than queued ahead of anyone's reads.
 		 */
-		(void)posix_fadvise(ft->fd, (off_t)bio_offset_bytes(bio),
-				    bio->bi_iter.bi_size < FILE_CACHE_MAX_BYTES ?
-					    bio->bi_iter.bi_size :
-					    FILE_CACHE_MAX_BYTES,
-				    POSIX_FADV_WILLNEED);
-		bio_endio(bio, bio->bi_iter.bi_size, 0);
+		q = ioq_current();
+		if (ft->inline_io || !q || q->hints >= IOQ_MAX_HINTS) {
+			bio_endio(bio, bio->bi_iter.bi_size, 0);
+			return;
+		}
+		q->ops->submit(q, ft, bio);
 		return;
 	default:
 		break;

@@ -307,6 +307,10 @@ int file_do_sync(struct file_target *ft, struct bio *bio)
 		return sync_rw(ft, bio);
 	case REQ_OP_FLUSH:
 		return fdatasync(file_flush_fd(ft)) ? -errno : 0;
+	case REQ_OP_CACHE: /* a hint: what the kernel makes of it is its own */
+		(void)posix_fadvise(ft->fd, (off_t)bio_offset_bytes(bio),
+				    file_cache_bytes(bio), POSIX_FADV_WILLNEED);
+		return 0;
 	case REQ_OP_DISCARD:
 	case REQ_OP_WRITE_ZEROES:
 		r = sync_zero(ft, bio);

@@ -61,6 +61,20 @@ static inline struct file_target *to_file_target(struct target *t)
 	return container_of(t, struct file_target, t);
 }
 
+/*
+ * The readahead a CACHE bio asks of a member (POSIX_FADV_WILLNEED from
+ * @bio's offset): a hint of a whole volume is cut to its head, so that
+ * one client's hint cannot keep the disk busy for seconds.
+ */
+#define FILE_CACHE_MAX_BYTES (8u << 20)
+
+static inline off_t file_cache_bytes(const struct bio *bio)
+{
+	return bio->bi_iter.bi_size < FILE_CACHE_MAX_BYTES ?
+		       (off_t)bio->bi_iter.bi_size :
+		       (off_t)FILE_CACHE_MAX_BYTES;
+}
+
 /* The descriptor a flush of @ft syncs (see file_target.sync_fd). */
 static inline int file_flush_fd(const struct file_target *ft)
 {
@@ -358,7 +372,15 @@ struct ioq {
 	/* Pending ioq_timer_add()s, earliest first (each counts in flight). */
 	struct ioq_timer *timers;
 	struct ioq_slot *slots;
+	unsigned int hints; /* CACHE bios the backend holds (file_submit) */
 };
+
+/* The backend took (@n 1) or ended (@n -1) @bio: count it if a hint. */
+static inline void ioq_hints_add(struct ioq *q, const struct bio *bio, int n)
+{
+	if (bio_op(bio) == REQ_OP_CACHE)
+		q->hints += (unsigned int)n;
+}
 
 static inline struct ioq_slot *ioq_slot_find(struct ioq *q, const void *key)
 {

@@ -228,6 +228,7 @@ static void threads_submit(struct ioq *q, struct file_target *ft,
 		return;
 	}
 	q->inflight++;
+	ioq_hints_add(q, bio, 1);
 }
 
 static int threads_flush(struct ioq *q)
@@ -315,6 +316,7 @@ static int threads_reap(struct ioq *q)
 			rq->next = tq->free_rqs;
 			tq->free_rqs = rq;
 			q->inflight--;
+			ioq_hints_add(q, bio, -1);
 			if (res)
 				file_report_error(ft, bio, res);
 			bio_endio(bio, bio->bi_iter.bi_size, res);

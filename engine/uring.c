@@ -115,6 +115,12 @@ static void rq_prep(struct io_uring_sqe *sqe, struct uring_rq *rq)
 		io_uring_prep_fsync(sqe, file_flush_fd(rq->ft),
 				    IORING_FSYNC_DATASYNC);
 		break;
+	case REQ_OP_CACHE:
+		/* Off the worker: the readahead may wait for the disk. */
+		io_uring_prep_fadvise(sqe, fd, off, file_cache_bytes(bio),
+				      POSIX_FADV_WILLNEED);
+		sqe->flags |= IOSQE_ASYNC;
+		break;
 	default: /* discard, write-zeroes */
 		if (rq->syncing) {
 			io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
@@ -255,6 +261,7 @@ static void uring_submit(struct ioq *q, struct file_target *ft,
 	rq->zstep = zero_first_step(bio);
 	rq->async_bytes = 0;
 	q->inflight++;
+	ioq_hints_add(q, bio, 1);
 	if (rq->async) {
 		uring_issue_async(uq, rq);
 		return;
@@ -268,6 +275,7 @@ static void rq_end(struct uring_ioq *uq, struct uring_rq *rq, int err)
 	struct file_target *ft = rq->ft;
 
 	uq->q.inflight--;
+	ioq_hints_add(&uq->q, bio, -1);
 	uq->async_bytes -= rq->async_bytes;
 	rq_put(uq, rq);
 	if (err)
@@ -357,6 +365,9 @@ static void rq_complete(struct uring_ioq *uq, struct uring_rq *rq, int res)
 		return;
 	case REQ_OP_FLUSH:
 		rq_end(uq, rq, res < 0 ? res : 0);
+		return;
+	case REQ_OP_CACHE: /* a hint: its failure is nobody's error */
+		rq_end(uq, rq, 0);
 		return;
 	default:
 		rq_zero_done(uq, rq, res);

@@ -390,6 +390,7 @@ static bool conn_turn_spent(struct conn *c, unsigned int cost)
 	    c->dead)
 		return false;
 	c->yielded = true;
+	io_stats_add(&c->st_yields, 1);
 	ev_io_stop(w->loop, &c->rio);
 	c->yield_next = w->yielded;
 	w->yielded = c;
@@ -418,7 +419,12 @@ static bool tx_header(struct conn *c, const uint8_t *h)
 		c->rx = r;
 		return true;
 	}
-	cost = r->type == NBD_CMD_BLOCK_STATUS ? SRV_COST_BLOCK_STATUS : 1;
+	if (r->type == NBD_CMD_BLOCK_STATUS)
+		cost = SRV_COST_BLOCK_STATUS;
+	else if (r->type == NBD_CMD_CACHE)
+		cost = SRV_COST_CACHE;
+	else
+		cost = 1;
 	tx_ready(c, r); /* @r may be gone */
 	return !c->paused && !conn_turn_spent(c, cost);
 }

@@ -91,6 +91,7 @@ struct conn {
 	char peer[64]; /* "unix", or the client's address:port */
 	double since; /* wall clock at accept */
 	uint64_t st_requests[REQ_OP_LAST], st_bytes[REQ_OP_LAST], st_errors;
+	uint64_t st_yields; /* turns it spent SRV_TURN_COST in */
 };
 
 /*

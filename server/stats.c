@@ -115,8 +115,11 @@ static void conns_json(FILE *f, void *arg)
 			nbdl_json_string(f, e->name);
 		else
 			fputs("null", f);
-		fprintf(f, ", \"errors\": %" PRIu64 ", \"ops\": {",
-			io_stats_read(&c->st_errors));
+		fprintf(f,
+			", \"errors\": %" PRIu64 ", \"yields\": %" PRIu64
+			", \"ops\": {",
+			io_stats_read(&c->st_errors),
+			io_stats_read(&c->st_yields));
 		for (unsigned int op = 0; op < REQ_OP_LAST; op++)
 			fprintf(f,
 				"%s\"%s\": {\"requests\": %" PRIu64

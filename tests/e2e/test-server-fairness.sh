@@ -8,6 +8,7 @@
 #  - streams pipelined 1 MiB and 32 MiB writes as fast as it can, or
 #  - streams pipelined 32 MiB reads, reading each reply at once, or
 #  - sends 256 block status requests over 16384 extents, reading none,
+#    (and its turns are cut: the control socket counts them),
 # client B's 4 KiB read and write each complete within 1 s (a liveness
 # bound, not a speed test), and afterwards A's replies and data are right.
 # Both backends with the members on disk (page cache), and once on tmpfs,
@@ -33,8 +34,11 @@ for c in "${cases[@]}"; do
     d=$dir/$be
     mkdir -p "$d"
     start_bionbd -t 1 --backend "$be" --size 512M "$d/m0" "$d/m1" "$d/m2"
-    NBD_SOCK=$NBD_SOCK NBD_URI=$NBD_URI nbdpy - <<'PY' || die "$be: fairness cases failed"
+    NBD_SOCK=$NBD_SOCK NBD_URI=$NBD_URI BIOCTL=$BIOCTL PIDFILE=$SERVER_PIDFILE \
+        nbdpy - <<'PY' || die "$be: fairness cases failed"
+import json
 import os
+import subprocess
 import threading
 import time
 
@@ -158,6 +162,21 @@ s.send(b"".join(s.req_bytes(raw.CMD_WRITE, 600 + i, i * 8192, 4096,
                             payload=b"\x5f" * 4096) for i in range(8192)))
 for _ in range(8192):
     check(s.error_of(s.full_reply()) == 0, "a fragmenting write")
+
+
+def a_yields():
+    """Turns A spent its per-turn bound in (the control socket's count)."""
+    doc = json.loads(subprocess.run([os.environ["BIOCTL"], "stat", "--json",
+                                     os.environ["PIDFILE"]], check=True,
+                                    capture_output=True).stdout)
+    # A is the newest: B connected first.
+    a = max(doc["connections"], key=lambda c: c["id"])
+    check(a["ops"]["write"]["requests"] == 8192,
+          f"A among the connections: {doc['connections']}")
+    return a["yields"]
+
+
+yields = a_yields()
 s.send(b"".join(s.req_bytes(raw.CMD_BLOCK_STATUS, 20000 + i, 0, 64 * MIB)
                 for i in range(256)))
 worst = 0
@@ -176,8 +195,13 @@ for _ in range(256):
     check(all(n == 4096 and f == (0 if j % 2 == 0 else 3)
               for j, (n, f) in enumerate(ext)),
           f"block status answer {ext[:4]}...: not 4 KiB data, 4 KiB hole")
+# 64 units each, 256 a turn: A's requests took some 64 turns, not one.
+yields = a_yields() - yields
+check(yields >= 32, f"A's 256 block status requests cut its turn {yields} "
+      "times (at least 32 expected)")
 s.close()
-log(f"ok A's 256 block status requests: B's worst {worst * 1000:.1f} ms")
+log(f"ok A's 256 block status requests: B's worst {worst * 1000:.1f} ms, "
+    f"A's turn cut {yields} times")
 b.shutdown()
 PY
     stop_bionbd

@@ -74,6 +74,14 @@ void ioq_destroy(struct ioq *q);
 void ioq_set_current(struct ioq *q);
 struct ioq *ioq_current(void);
 
+/*
+ * CACHE bios of file members one queue lets its backend hold (readahead
+ * off the submitting thread); more, or any on a memory-backed member, end
+ * at once, successful and unheeded: a hint is worth less than the reads
+ * it would queue ahead of.
+ */
+#define IOQ_MAX_HINTS 4u
+
 /** ioq_inflight - backend operations started and not yet reaped. */
 unsigned int ioq_inflight(const struct ioq *q);
 
