@@ -232,9 +232,15 @@ static void rebuild_member(struct mirror_target *mt, unsigned int m)
 		      mt->t.name, mt->members[m]->name, m, x >> 20,
 		      bytes >> 20);
 	while (x < bytes) {
-		uint64_t n = step_plan(mt, m, x, &s);
+		uint64_t n;
 		double now;
 
+		/* A stop (shutdown) waits for this step only, not the rest. */
+		if (stopping(mt)) {
+			err = -EINTR;
+			break;
+		}
+		n = step_plan(mt, m, x, &s);
 		if (mirror_state_of(mt, m) != MIRROR_REBUILDING) {
 			err = -EIO; /* marked faulty: said so already */
 			break;

@@ -24,7 +24,10 @@
 # copy, and the member is recorded faulty.  A rebuild stopped half-way
 # (bioctl rebuild interrupted) is finished by the server from its
 # checkpoint, and the rebuilt member alone holds all the data (named alone,
-# refused in one line unless --degraded / degraded=true).  Spares are
+# refused in one line unless --degraded / degraded=true); bionbd stopped
+# (SIGTERM) in the middle of a rebuild onto a spare stops it there (no
+# "rebuilt" line, the role rebuilding) and the next start finishes it,
+# the data written before the stop intact.  Spares are
 # refused in one line: on a raid0, too small, holding a superblock, a
 # member itself, missing (on the command line and in a config file).
 # level = raid10 / copies = 2 (config) and --level (command line) over
@@ -37,6 +40,7 @@ source "$(dirname "$0")/functions.sh"
 
 requires_server
 requires nbdcopy
+requires qemu-io
 requires_fio_nbd
 [[ -x $BIOCTL ]] || die "$BIOCTL not built"
 make_tmpdir
@@ -264,6 +268,41 @@ start_server --degraded rs2
 nbdcopy "$NBD_URI" back || die "nbdcopy out of the rebuilt member alone"
 stop_server
 cmp src back || die "the member rebuilt in two goes differs"
+
+# A server stopped in the middle of a rebuild stops the rebuild at its next
+# step and records where it was, instead of finishing it first: a service
+# manager's stop timeout would kill it, and leave the volume unclean.
+if [[ $SERVER == bionbd ]]; then # the log says where the rebuild was
+log "SIGTERM during a server's rebuild: it stops there, the next start resumes"
+expect_ok "$BIOCTL" create --level raid1 --size 1G st0 st1
+truncate -s 1100M st2
+start_server --spare st2 --fault "member=1 op=write count=1" st0 st1
+qemu-io -f raw -c "write -P 0x5a 0 64k" "$NBD_URI" >/dev/null ||
+    die "the write that fails member 1"
+for ((i = 0; i < 400; i++)); do
+    grep -Eq "rebuilding member (.*/)?st2 \(role 1\)" "$SERVER_LOG" && break
+    sleep 0.05
+done
+expect_grep "rebuilding member (.*/)?st2 \(role 1\) from 0 of 1024 MiB" "$SERVER_LOG"
+stop_server
+expect_no_grep "st2 \(role 1\) rebuilt" "$SERVER_LOG"
+"$BIOCTL" info st0 st2 >info.txt 2>&1 || :
+expect_grep "role 1: st2, rebuilding" info.txt
+start_server st0 st2
+state=''
+for ((i = 0; i < 600; i++)); do
+    "$BIOCTL" info st0 st2 >info.txt 2>&1 || :
+    state=$(sed -n "s|^role 1: st2, ||p" info.txt)
+    [[ $state == active ]] && break
+    sleep 0.1
+done
+[[ $state == active ]] || { cat info.txt >&2; die "the resumed rebuild did not finish ($state)"; }
+expect_grep "rebuilding member (.*/)?st2 \(role 1\) from [0-9]+ of 1024 MiB" "$SERVER_LOG"
+qemu-io -f raw -r -c "read -P 0x5a 0 64k" "$NBD_URI" >/dev/null ||
+    die "the write before the stop reads back wrong"
+stop_server
+rm -f st0 st1 st2
+fi
 
 log "spares: what is refused, in one line"
 expect_ok "$BIOCTL" create --size 8M r0a r0b
