@@ -559,13 +559,25 @@ static int volume_superblocks(const struct volume_config *cfg,
 	/*
 	 * A mirror named with fewer members than it has active roles would
 	 * start degraded and record the one left out faulty, to be rebuilt
-	 * in full: a member left off the command line or the config must
-	 * not cost that.  A member given but gone (a vanished disk, a remote
-	 * that is down) still starts degraded, and so does a volume given
-	 * spares enough to take the missing roles over.
+	 * in full: a member left off the command line or the config, or
+	 * misspelt (a path that does not exist), must not cost that.  Nor
+	 * may a read-only start serve a member alone that the others may
+	 * have recorded stale.  A member there but failing (a dead disk, a
+	 * remote that is down) still starts degraded, and so does a volume
+	 * given spares enough to take the missing roles over.
 	 */
-	if (sb_redundant(v->sb.level) && !cfg->readonly && !cfg->degraded) {
+	if (sb_redundant(v->sb.level) && !cfg->degraded) {
 		unsigned int active = 0, left = SB_ROLE_NONE;
+
+		for (unsigned int i = 0; i < cfg->nr_members; i++)
+			if (!member_is_remote(cfg->members[i]) &&
+			    access(cfg->members[i], F_OK) && errno == ENOENT)
+				return verr(errbuf, errlen, -ENOENT,
+					    "member %s: %s; a mirror starts "
+					    "without one of its members only "
+					    "when asked (--degraded, degraded "
+					    "= true)",
+					    cfg->members[i], strerror(ENOENT));
 
 		for (unsigned int i = 0; i < v->sb.nr_roles; i++) {
 			if (v->sb.roles[i].state != SB_ROLE_ACTIVE)

@@ -14,7 +14,9 @@
 # bioctl check finds every copy identical; the same with raid10 killed
 # while fio writes over 4 connections; with one member's bitmap block
 # destroyed, the resync covers every region.  Degraded: with a member file
-# gone the volume starts degraded (records the role faulty), serves, and
+# gone the volume is refused in one line (a typo?), also read-only and from
+# a config file; with --degraded it starts degraded (records the role
+# faulty), serves, and
 # the member brought back is stale: it stays out of service (its old data
 # is never read back) until rebuilt, and bioctl info says so.  Split
 # brain (each member served once without the other): refused together in
@@ -176,7 +178,17 @@ expect_ok "$BIOCTL" check "$@"
 
 log "degraded: a member gone, then back stale"
 mv raid1-2-1 away
-start_server "$@"
+# A path that is not there may be a typo: degraded only when asked, in
+# the command line and the config (and read-only too: the member there
+# may be the stale one).
+server_refuses_once "$@"
+expect_grep "member (.*/)?raid1-2-1: No such file or directory; a mirror starts without one of its members only when asked \(--degraded, degraded = true\)" "$SERVER_ERR"
+server_refuses_once -r "$@"
+expect_grep "member (.*/)?raid1-2-1: No such file or directory" "$SERVER_ERR"
+printf '[export m]\nfile = raid1-2-0\nfile = raid1-2-1\n' >typo.conf
+server_refuses_once --conf typo.conf
+expect_grep "member (.*/)?raid1-2-1: No such file or directory" "$SERVER_ERR"
+start_server --degraded "$@"
 if [[ $SERVER == bionbd ]]; then
     expect_grep "starting degraded, role 1 \(missing\)" "$SERVER_LOG"
 fi
@@ -263,6 +275,9 @@ rm rs0
 # Named alone, a member of a complete mirror is most likely a typo: it
 # would record the other faulty.  Said in one line; --degraded means it.
 server_refuses_once rs2
+expect_grep "volume '[^']*': 1 members given, 2 active in its superblocks \(role 0 is not there\): .*--degraded" "$SERVER_ERR"
+# Read-only too: the member alone may be the one the other recorded stale.
+server_refuses_once -r rs2
 expect_grep "volume '[^']*': 1 members given, 2 active in its superblocks \(role 0 is not there\): .*--degraded" "$SERVER_ERR"
 start_server --degraded rs2
 nbdcopy "$NBD_URI" back || die "nbdcopy out of the rebuilt member alone"
@@ -390,7 +405,7 @@ h.flush()' || die "write $1"
 for side in 1 0; do
     other=$((1 - side))
     mv "sb$other" away
-    start_server sb0 sb1
+    start_server --degraded sb0 sb1
     write_at0 "$side"
     stop_server
     mv away "sb$other"

@@ -307,7 +307,7 @@ stop_server
 log "a degraded mirror whose last copy lost writes"
 wb_mirror w1 "$tmp/l3.img"
 mv "$tmp/l3.img" "$tmp/l3.away"
-start_server --timeout 5 "$(ruri w1)" "$tmp/l3.img"
+start_server --timeout 5 --degraded "$(ruri w1)" "$tmp/l3.img"
 WBPID=${RPID[w1]} SOCK=$tmp/r-w1.sock WBARGS="${wbargs[*]}" \
     NBD_URI=$NBD_URI nbdpy - <<'PY' || { sed 's/^/    /' r-w1.log >&2; die "a degraded mirror over a remote that lost writes"; }
 import errno
