@@ -103,21 +103,41 @@ static unsigned int sb_rewrite(struct sbvol *sv,
 	return written;
 }
 
+struct clean_edit {
+	bool clean;
+	uint64_t events; /* 0: keep */
+};
+
 static void edit_clean(struct superblock *sb, void *arg)
 {
-	if (*(bool *)arg)
+	const struct clean_edit *ce = arg;
+
+	if (ce->clean)
 		sb->flags |= SB_FLAG_CLEAN;
 	else
 		sb->flags &= ~SB_FLAG_CLEAN;
+	if (ce->events)
+		sb->events = ce->events;
 }
 
-/* Set or clear the clean flag on every member in service. */
+/*
+ * Set or clear the clean flag on every member in service.  A mirror's
+ * clean stop also moves the event counter on, so that a member which
+ * missed the run (put back from an old copy of its file, or not reached
+ * by this very write) is behind the others at the next start: stale,
+ * rebuilt, never read.  The dirty mark at the start leaves the counter
+ * alone: a crash between two members' writes of it must not make one
+ * stale, and nothing was written to the data yet.
+ */
 static int sb_mark(struct sbvol *sv, bool clean)
 {
+	struct clean_edit ce = { .clean = clean };
 	int err;
 
 	pthread_mutex_lock(&sv->md_lock);
-	sb_rewrite(sv, edit_clean, &clean, &err);
+	if (clean && sv->mirror)
+		ce.events = ++sv->events;
+	sb_rewrite(sv, edit_clean, &ce, &err);
 	pthread_mutex_unlock(&sv->md_lock);
 	return err;
 }
