@@ -5,8 +5,9 @@
  *
  * Order matters for "a config mistake loses nothing": first every check
  * that can be made without side effects, then create/extend members (never
- * shrink), then open.  If a later step fails, members this call created
- * are removed again.
+ * shrink), then open.  What was created or grown is recorded (struct
+ * volume_made): if a later step fails, the open takes it back, and so can
+ * a front end whose own start fails after the open (volume_unmake).
  *
  * Members with superblocks (superblock.h, docs/format.md) are a
  * self-describing volume: assembled by role whatever order they are given
@@ -67,10 +68,25 @@ struct member_id {
 
 struct member_check {
 	struct member_id id;
-	bool created;
-	bool grown; /* an existing file this call extended */
 	bool remote; /* an NBD URI (remote.c) or RBD image (rbd.c), probed */
-	uint64_t size_bytes;
+	uint64_t size_bytes; /* before this open grew it */
+};
+
+/* One member as volume_unmake() finds it: what this open did to it. */
+struct made_member {
+	const char *path; /* in the record's own allocation */
+	uint64_t old_bytes; /* a grown member's size before */
+	bool created;
+	bool grown;
+};
+
+/*
+ * The paths are copied in with the record, so that it outlives the
+ * configuration it came from and taking a member back needs no memory.
+ */
+struct volume_made {
+	unsigned int nr;
+	struct made_member m[];
 };
 
 int verr(char *buf, size_t len, int err, const char *fmt, ...)
@@ -429,12 +445,61 @@ static int check_member(const struct volume_config *cfg, unsigned int i,
 	return 0;
 }
 
+/* An empty record for @cfg's members, made before any of them is touched. */
+static struct volume_made *made_alloc(const struct volume_config *cfg)
+{
+	size_t bytes = sizeof(struct volume_made) +
+		       cfg->nr_members * sizeof(struct made_member);
+	struct volume_made *made;
+	char *p;
+
+	/* A missing path is refused by the checks, never made: "" will do. */
+	for (unsigned int i = 0; i < cfg->nr_members; i++)
+		bytes += (cfg->members[i] ? strlen(cfg->members[i]) : 0) + 1;
+	made = calloc(1, bytes);
+	if (!made)
+		return NULL;
+	made->nr = cfg->nr_members;
+	p = (char *)&made->m[made->nr];
+	for (unsigned int i = 0; i < made->nr; i++) {
+		made->m[i].path = p;
+		p = stpcpy(p, cfg->members[i] ? cfg->members[i] : "") + 1;
+	}
+	return made;
+}
+
+static bool made_any(const struct volume_made *made)
+{
+	for (unsigned int i = 0; i < made->nr; i++)
+		if (made->m[i].created || made->m[i].grown)
+			return true;
+	return false;
+}
+
+void volume_unmake(struct volume_made *made)
+{
+	for (unsigned int i = 0; made && i < made->nr; i++) {
+		const struct made_member *mm = &made->m[i];
+
+		if (mm->created)
+			unlink(mm->path);
+		else if (mm->grown && truncate(mm->path, (off_t)mm->old_bytes))
+			continue; /* best effort: the start has failed already */
+	}
+	free(made);
+}
+
+void volume_made_free(struct volume_made *made)
+{
+	free(made);
+}
+
 /*
- * Create or grow @path to @size (sparse).  Never shrinks what it was given;
- * members_free() takes back only what this call added.
+ * Create or grow @path to @size (sparse), noting in @rec what was done
+ * for volume_unmake().  Never shrinks what it was given.
  */
-static int extend_member(const char *path, struct member_check *m,
-			 uint64_t size)
+static int extend_member(const char *path, const struct member_check *m,
+			 uint64_t size, struct made_member *rec)
 {
 	int fd, r = 0;
 
@@ -447,34 +512,22 @@ static int extend_member(const char *path, struct member_check *m,
 	if (fd < 0)
 		return -errno;
 	if (!m->id.exists)
-		m->created = true;
-	if (ftruncate(fd, (off_t)size))
+		rec->created = true;
+	if (ftruncate(fd, (off_t)size)) {
 		r = -errno;
-	else if (m->id.exists)
-		m->grown = true;
+	} else if (m->id.exists) {
+		rec->grown = true;
+		rec->old_bytes = m->size_bytes;
+	}
 	close(fd);
 	return r;
 }
 
-/*
- * @undo: the volume did not open, so leave the directory as it was:
- * remove the members this call created and cut the ones it grew back to
- * their old size (nothing has written past it: no member was opened for
- * I/O yet).
- */
 static void members_free(const struct volume_config *cfg,
-			 struct member_check *m, bool undo)
+			 struct member_check *m)
 {
-	for (unsigned int i = 0; m && i < cfg->nr_members; i++) {
+	for (unsigned int i = 0; m && i < cfg->nr_members; i++)
 		member_id_release(&m[i].id);
-		if (!undo)
-			continue;
-		if (m[i].created)
-			unlink(cfg->members[i]);
-		else if (m[i].grown &&
-			 truncate(cfg->members[i], (off_t)m[i].size_bytes))
-			continue; /* best effort: the open has failed already */
-	}
 	free(m);
 }
 
@@ -677,35 +730,38 @@ static int wants_new_mirror(const struct volume_config *cfg,
 	return r ? r : 1;
 }
 
-/* Create the members of a new mirror; on failure none is left behind. */
+/*
+ * Create the members of a new mirror, each noted in @made as soon as it
+ * exists: on failure the caller's volume_unmake() removes them.
+ */
 static int new_mirror_create(const struct volume_config *cfg,
-			     struct superblock *sb, char *errbuf,
-			     size_t errlen)
+			     struct superblock *sb, struct volume_made *made,
+			     char *errbuf, size_t errlen)
 {
-	unsigned int made = 0;
+	unsigned int i;
 	uint64_t bytes;
 	int r = sb_member_bytes(sb, &bytes);
 
-	for (; made < cfg->nr_members && !r; made++) {
-		int fd = open(cfg->members[made],
+	for (i = 0; !r && i < cfg->nr_members; i++) {
+		int fd = open(cfg->members[i],
 			      O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 
 		if (fd < 0) {
 			r = -errno;
 			break;
 		}
-		sb_set_role(sb, made);
+		made->m[i].created = true;
+		sb_set_role(sb, i);
 		r = ftruncate(fd, (off_t)bytes) ? -errno :
 						  sb_write_member(MDEV_FD(fd), sb);
 		close(fd);
+		if (r)
+			break; /* @i names the member in the message */
 	}
 	if (!r)
 		return 0;
-	verr(errbuf, errlen, r, "member %s: creating the mirror: %s",
-	     cfg->members[made < cfg->nr_members ? made : 0], strerror(-r));
-	while (made--)
-		unlink(cfg->members[made]);
-	return r;
+	return verr(errbuf, errlen, r, "member %s: creating the mirror: %s",
+		    cfg->members[i < cfg->nr_members ? i : 0], strerror(-r));
 }
 
 /*
@@ -978,7 +1034,7 @@ static int volume_plan(const struct volume_config *cfg,
 	*needp = need;
 	return 0;
 err:
-	members_free(cfg, m, false);
+	members_free(cfg, m);
 	return r;
 }
 
@@ -1006,7 +1062,7 @@ static int check_held(const struct volume_config *cfg, char *errbuf,
 	}
 	r = volume_plan(&plain, &m, &chunk, &need, v, errbuf, errlen);
 	if (!r)
-		members_free(cfg, m, false);
+		members_free(cfg, m);
 	free(v);
 	return r;
 }
@@ -1167,25 +1223,34 @@ int volume_check(const struct volume_config *cfg, char *errbuf,
 }
 
 static int open_held(struct target **out, const struct volume_config *cfg,
-		     struct volume_info *info, char *errbuf, size_t errlen);
+		     struct volume_info *info, struct volume_made **madep,
+		     char *errbuf, size_t errlen);
 
 int volume_open_info(struct target **out, const struct volume_config *cfg,
 		     struct volume_info *info, char *errbuf, size_t errlen)
 {
+	return volume_open_made(out, cfg, info, NULL, errbuf, errlen);
+}
+
+int volume_open_made(struct target **out, const struct volume_config *cfg,
+		     struct volume_info *info, struct volume_made **made,
+		     char *errbuf, size_t errlen)
+{
 	int r;
 
 	volume_hold();
-	r = open_held(out, cfg, info, errbuf, errlen);
+	r = open_held(out, cfg, info, made, errbuf, errlen);
 	volume_release();
 	return r;
 }
 
 static int open_held(struct target **out, const struct volume_config *cfg,
-		     struct volume_info *info, char *errbuf, size_t errlen)
+		     struct volume_info *info, struct volume_made **madep,
+		     char *errbuf, size_t errlen)
 {
 	unsigned int n = cfg->nr_members, opened = 0, i;
 	struct member_check *m = NULL;
-	struct target **t, *top = NULL;
+	struct target **t = NULL, *top = NULL;
 	struct file_target_opts fopts = { .readonly = cfg->readonly,
 					  .direct = cfg->direct,
 					  .no_inline = cfg->no_inline,
@@ -1197,26 +1262,30 @@ static int open_held(struct target **out, const struct volume_config *cfg,
 				     .trace_parent = cfg->trace_id };
 	const char **paths = NULL;
 	struct sb_volume *v = malloc(sizeof(*v));
+	struct volume_made *made = made_alloc(cfg);
 	struct superblock newsb;
 	uint64_t chunk, need;
 	bool mirror;
 	int r;
 
-	if (!v)
-		return verr(errbuf, errlen, -ENOMEM, "out of memory");
+	if (madep)
+		*madep = NULL;
+	if (!v || !made) {
+		r = verr(errbuf, errlen, -ENOMEM, "out of memory");
+		goto out;
+	}
 	/* A new mirror: everything checked before its members are made. */
 	r = wants_new_mirror(cfg, &newsb, errbuf, errlen);
 	if (r > 0) {
 		r = volume_check(cfg, errbuf, errlen);
 		if (!r)
-			r = new_mirror_create(cfg, &newsb, errbuf, errlen);
+			r = new_mirror_create(cfg, &newsb, made, errbuf,
+					      errlen);
 	}
 	if (!r)
 		r = volume_plan(cfg, &m, &chunk, &need, v, errbuf, errlen);
-	if (r) {
-		free(v);
-		return r;
-	}
+	if (r)
+		goto out;
 	mirror = v->nr && sb_redundant(v->sb.level);
 	/*
 	 * A mirror's members were checked for size: a read that meets the
@@ -1241,7 +1310,7 @@ static int open_held(struct target **out, const struct volume_config *cfg,
 
 	/* Everything checked: now create and extend. */
 	for (i = 0; i < n && need && !v->nr; i++) {
-		r = extend_member(cfg->members[i], &m[i], need);
+		r = extend_member(cfg->members[i], &m[i], need, &made->m[i]);
 		if (r) {
 			verr(errbuf, errlen, r, "member %s: %s", cfg->members[i],
 			     strerror(-r));
@@ -1334,7 +1403,14 @@ static int open_held(struct target **out, const struct volume_config *cfg,
 out:
 	for (i = 0; t && i < opened; i++)
 		target_destroy(t[i]);
-	members_free(cfg, m, r != 0);
+	members_free(cfg, m);
+	/* Once the members are closed: a failed open leaves no trace. */
+	if (r)
+		volume_unmake(made);
+	else if (madep && made_any(made))
+		*madep = made;
+	else
+		volume_made_free(made);
 	free(paths);
 	free(t);
 	free(v);

@@ -135,9 +135,14 @@ static void export_errmsg(char *errbuf, size_t errlen, const char *conf_path,
 		snprintf(errbuf, errlen, "%s", msg);
 }
 
-static void export_release(struct nbdl_export *x)
+/* @undo: the start failed; take back the members its open made. */
+static void export_release(struct nbdl_export *x, bool undo)
 {
 	target_destroy(x->vol); /* the members' statistics with it */
+	if (undo)
+		volume_unmake(x->made);
+	else
+		volume_made_free(x->made);
 	io_stats_destroy(x->stats);
 	free(x->name);
 	free(x->description);
@@ -251,7 +256,8 @@ static int exports_open(struct nbdl_export **out,
 					      io_stats_create(d->name, NULL);
 		x->trace_id = vc.trace_id =
 			trace_obj_add(TRACE_OBJ_EXPORT, 0, d->name);
-		r = volume_open_info(&x->vol, &vc, &x->info, msg, sizeof(msg));
+		r = volume_open_made(&x->vol, &vc, &x->info, &x->made, msg,
+				     sizeof(msg));
 		if (r) {
 			io_stats_destroy(x->stats);
 			export_errmsg(errbuf, errlen, conf_path, d, msg);
@@ -278,8 +284,9 @@ static int exports_open(struct nbdl_export **out,
 	*out = v;
 	return 0;
 err:
+	/* The exports opened before this one made members too. */
 	for (i = 0; i < opened; i++)
-		export_release(&v[i]);
+		export_release(&v[i], true);
 	free(v);
 	return r;
 }
@@ -317,13 +324,29 @@ void nbdl_exports_close(struct nbdl_export *v, unsigned int nr,
 				nbdl_log(NBDL_ERROR, "export '%s': flush: %s",
 					 v[i].name, strerror(-r));
 		}
-		export_release(&v[i]);
+		export_release(&v[i], false);
 	}
 	if (tmp) {
 		ioq_set_current(NULL);
 		ioq_destroy(tmp);
 	}
 	free(v);
+}
+
+void nbdl_exports_unmake(struct nbdl_export *v, unsigned int nr)
+{
+	for (unsigned int i = 0; v && i < nr; i++) {
+		volume_unmake(v[i].made);
+		v[i].made = NULL;
+	}
+}
+
+void nbdl_exports_keep(struct nbdl_export *v, unsigned int nr)
+{
+	for (unsigned int i = 0; v && i < nr; i++) {
+		volume_made_free(v[i].made);
+		v[i].made = NULL;
+	}
 }
 
 struct nbdl_export *nbdl_export_find(struct nbdl_export *v, unsigned int nr,

@@ -349,10 +349,34 @@ static void trace_finish(void)
 		     " lost", trace_path, written, lost);
 }
 
+/*
+ * nbdkit gives up on a start after .get_ready (a socket it cannot bind, a
+ * -u user it cannot become, .after_fork failing) through exit(), with no
+ * .unload: the members the opens created or grew are taken back then, as
+ * bionbd does.  Only by the process that opened them and only until it
+ * forks: a fork hands them to the child that serves, whether the parent
+ * exits at once (into the background) or once --run's command is done.
+ * .after_fork and .unload end it.
+ */
+static bool unmake_at_exit;
+
+static void unmake_exit(void)
+{
+	if (unmake_at_exit)
+		nbdl_exports_unmake(exports, nr_exports);
+}
+
+/* pthread_atfork's prepare: so neither side of the fork undoes. */
+static void unmake_forking(void)
+{
+	unmake_at_exit = false;
+}
+
 static void bio_unload(void)
 {
 	struct thread_ioq *w;
 
+	unmake_at_exit = false; /* an exit after a start that served */
 	/*
 	 * nbdkit has seen its connection threads finish by now, but a
 	 * thread's destructors run after that: one may be in ours still,
@@ -679,6 +703,9 @@ static int get_ready(void)
 		return -1;
 	}
 	nr_exports = n;
+	/* Without the fork hook an exit could be a parent's: keep them then. */
+	unmake_at_exit = !atexit(unmake_exit) &&
+			 !pthread_atfork(unmake_forking, NULL, NULL);
 	geoms = calloc(n, sizeof(*geoms));
 	if (!geoms) {
 		nbdkit_error("out of memory");
@@ -749,6 +776,9 @@ static int bio_after_fork(void)
 		nbdkit_error("trace=%s: %s", trace_path, strerror(-r));
 		return -1;
 	}
+	/* nbdkit serves from here: what the opens made is the volumes'. */
+	unmake_at_exit = false;
+	nbdl_exports_keep(exports, nr_exports);
 	return 0;
 }
 

@@ -93,6 +93,17 @@ static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noret
  */
 static bool die_closes_images;
 
+/*
+ * From the exports' open until the server serves, a start that fails
+ * takes back the members the opens created or grew: the member
+ * directories are left as they were found.  Nothing writes to such a
+ * member meanwhile: no request is read before ev_run, and the only
+ * background writer, a mirror's rebuild (target_start), writes only to
+ * members with superblocks, which an open never grows (a new mirror's are
+ * created, and removed whole).
+ */
+static bool die_unmakes;
+
 static void die(const char *fmt, ...)
 {
 	va_list ap;
@@ -102,6 +113,8 @@ static void die(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	if (die_unmakes)
+		nbdl_exports_unmake(srv.exports, srv.nr_exports);
 	if (die_closes_images)
 		rbd_close_all();
 	exit(1);
@@ -1176,7 +1189,7 @@ int main(int argc, char **argv)
 		own_files[2] = o.stats_file;
 		exports_from_cmdline(&cl);
 	}
-	die_closes_images = true;
+	die_closes_images = die_unmakes = true;
 	/* Again: members --size made at open exist only now. */
 	check_own_files(conf ? conf->exports : &cmdline_export,
 			conf ? conf->nr_exports : 1);
@@ -1297,6 +1310,13 @@ int main(int argc, char **argv)
 			die("--run: %s", strerror(-r));
 	}
 
+	/*
+	 * Serving: the members made are the volumes' for good.  (A daemon's
+	 * parent was told so by detach_stdio, but --run, the one failure
+	 * since, is never a daemon's.)
+	 */
+	die_unmakes = false;
+	nbdl_exports_keep(srv.exports, srv.nr_exports);
 	ev_run(loop, 0);
 
 	for (unsigned int i = 0; i < srv.nr_workers; i++)

@@ -5,13 +5,18 @@
 # than INT64_MAX (2^63-512 on one member), are refused at start with one
 # line naming the size, on the command line and in a conf file, before any
 # member is created or grown.  On tmpfs, whose files may reach INT64_MAX:
-# 2^64-512 over three members is still refused; a volume of 2^63-512 bytes over two members serves with exactly that
-# size; members whose whole stripes would make more than INT64_MAX bytes
-# (two of 2^62) are refused when no size is given, and one stripe less
-# serves.  A size one member's file system cannot hold fails when it is
-# extended, and the members grown before it are cut back.  A normal size
-# still creates and grows members.  bionbd -e with a 4097-byte name exits 1
-# with one line; 4096 bytes serve under that name.
+# 2^64-512 over three members is still refused; a volume of 2^63-512 bytes
+# over two members serves with exactly that size; members whose whole
+# stripes would make more than INT64_MAX bytes (two of 2^62) are refused
+# when no size is given, and one stripe less serves.  A size one member's
+# file system cannot hold fails when it is extended, and the members grown
+# before it are cut back.  A start that fails after the open (socket
+# directory missing, TCP port taken, --stats unwritable, a second export's
+# member locked) removes the members it created, a new mirror's too, and
+# cuts the ones it grew back to their old size and bytes.  A normal size
+# still creates and grows members, and a start that served keeps them
+# after its exit.  bionbd -e with a 4097-byte name exits 1 with one line;
+# 4096 bytes serve under that name.
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -70,6 +75,109 @@ for f in m0 m1 new; do
 done
 rm "$d/new"
 truncate -s 1M "$d/m0" "$d/m1"
+
+# ---- a start that fails after the volume opened (its socket cannot be
+# bound, its port is taken, its statistics file cannot be written, a
+# second export's member is locked) leaves the member directory as it
+# found it: members the open created are removed, members it grew are cut
+# back to their old size with their bytes.  A start that serves keeps
+# them, after its normal exit too.
+l=$tmp/late
+mkdir -p "$l"
+printf 'the first bytes of an old member\n' >"$l/old"
+truncate -s 1M "$l/old"
+cp "$l/old" "$tmp/old.orig"
+
+late_snapshot() {
+    (cd "$l" && find . -printf '%p %y %s\n' | sort)
+}
+
+# A process of our own holds a port on 127.0.0.1 and a lock on $l/locked
+# (as another writer of that member would): the servers are refused both.
+truncate -s 1M "$l/locked"
+start_bg /usr/bin/python3 -c 'import fcntl, socket, sys, time
+f = open(sys.argv[1], "rb")
+fcntl.flock(f, fcntl.LOCK_EX)
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(1)
+print(s.getsockname()[1], flush=True)
+time.sleep(600)' "$l/locked" >"$tmp/busy.port" 2>"$tmp/busy.err"
+holder=$BG_PID
+for ((n = 0; n < 200; n++)); do
+    [[ -s $tmp/busy.port ]] && break
+    sleep 0.05
+done
+busy_port=$(<"$tmp/busy.port")
+[[ $busy_port =~ ^[0-9]+$ ]] || {
+    cat "$tmp/busy.err" >&2
+    die "no port held for the port-in-use cases"
+}
+
+# fails_late PATTERN HOW OPTIONS...: the server opens the volume OPTIONS
+# describe, then fails: HOW is sock (its unix socket's directory does not
+# exist), port (it listens on $busy_port instead) or opts (OPTIONS make
+# it fail).  It exits 1 saying PATTERN; $l holds what it held before, and
+# $l/old its old bytes.
+fails_late() {
+    local pattern=$1 how=$2 rc=0 a skip='' sock=$tmp/late.sock cmd=()
+    shift 2
+    [[ $how != sock ]] || sock=$tmp/no/such/dir/late.sock
+    late_snapshot >"$tmp/late.before"
+    _server_cmd "$sock" "$tmp/late.pid" "$@"
+    for a in "${_cmd[@]}"; do
+        if [[ -n $skip ]]; then
+            skip=
+        elif [[ $how == port && $a == -U ]]; then
+            cmd+=(-i 127.0.0.1 -p "$busy_port")
+            skip=1
+        else
+            cmd+=("$a")
+        fi
+    done
+    timeout 20 "${SERVER_WRAPPER[@]}" "${cmd[@]}" </dev/null \
+        >"$tmp/late.err" 2>&1 || rc=$?
+    [[ $rc -eq 1 ]] || {
+        sed 's/^/    /' "$tmp/late.err" >&2
+        die "exit status $rc, expected 1: ${cmd[*]}"
+    }
+    expect_grep "$pattern" "$tmp/late.err"
+    late_snapshot >"$tmp/late.after"
+    diff -u "$tmp/late.before" "$tmp/late.after" >&2 ||
+        die "a start that failed after the open changed $l: ${cmd[*]}"
+    cmp "$l/old" "$tmp/old.orig" || die "$l/old: its bytes changed: ${cmd[*]}"
+    log "failed after the open: $(grep -E -m1 -- "$pattern" "$tmp/late.err")"
+}
+
+no_sock='late\.sock: No such file or directory'
+fails_late "$no_sock" sock --size 64M "$l/new0" "$l/new1"
+fails_late 'Address already in use' port --size 64M "$l/new0" "$l/new1"
+fails_late "$no_sock" sock --size 64M "$l/old" "$l/new0"
+fails_late 'Address already in use' port --size 64M "$l/old"
+fails_late "$no_sock" sock --level raid1 --size 64M "$l/new0" "$l/new1"
+fails_late 'Address already in use' port --level raid1 --size 64M \
+    "$l/new0" "$l/new1"
+# bionbd tries the statistics file after the open (the plugin before).
+fails_late 'stats.*No such file or directory' opts \
+    --stats "$tmp/no/such/dir/stats.json" --size 64M "$l/old" "$l/new0"
+# The first export opens (creating and growing members), the second's
+# member is locked by another writer.
+printf '[export one]\nfile = %s\nfile = %s\nsize = 8M\n[export two]\nfile = %s\n' \
+    "$l/old" "$l/new0" "$l/locked" >"$tmp/late.conf"
+fails_late 'locked: in use by another process' opts --conf "$tmp/late.conf"
+kill "$holder"
+wait "$holder" 2>/dev/null || :
+
+# A start that serves keeps what it made, after its normal exit too.
+start_server --size 64M "$l/old" "$l/new0"
+stop_server
+[[ $(stat -c %s "$l/old") -eq $((32 << 20)) && -f $l/new0 ]] ||
+    die "a start that served did not keep $l/old grown and $l/new0"
+cmp -n 1048576 "$l/old" "$tmp/old.orig" || die "$l/old: its bytes changed"
+start_server --level raid1 --size 64M "$l/r0" "$l/r1"
+stop_server
+[[ -f $l/r0 && -f $l/r1 ]] || die "a mirror that served was not kept"
+rm -rf "$l"
 
 # ---- on tmpfs, files may be as large as INT64_MAX
 huge=

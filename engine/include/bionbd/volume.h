@@ -120,6 +120,34 @@ int volume_open(struct target **out, const struct volume_config *cfg,
 int volume_open_info(struct target **out, const struct volume_config *cfg,
 		     struct volume_info *info, char *errbuf, size_t errlen);
 
+/* The members one open created and grew (their old sizes): volume_unmake. */
+struct volume_made;
+
+/**
+ * volume_open_made - volume_open_info, keeping what it made of the members
+ * @made: receives the record of the members this open created or grew;
+ *        NULL when it made none.  The caller owns it: volume_unmake() or
+ *        volume_made_free().
+ *
+ * For a front end whose start goes on after the open and may still fail:
+ * the members it made are then taken back as a failed open would.
+ */
+int volume_open_made(struct target **out, const struct volume_config *cfg,
+		     struct volume_info *info, struct volume_made **made,
+		     char *errbuf, size_t errlen);
+
+/**
+ * volume_unmake - the start failed: remove the members @made says were
+ * created and cut the ones it grew back to their old size, then free it
+ * (NULL is fine).  Only for a volume nothing has written to yet beyond
+ * its open: bytes past a grown member's old size are lost.  The volume
+ * may still be open; its created members are unlinked under it.
+ */
+void volume_unmake(struct volume_made *made);
+
+/** volume_made_free - the start succeeded: keep the members, free @made. */
+void volume_made_free(struct volume_made *made);
+
 /**
  * volume_check - every check volume_open makes, without creating, extending
  * or opening anything.  Returns 0 or -errno with a message.

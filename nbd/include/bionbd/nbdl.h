@@ -72,6 +72,11 @@ struct nbdl_export {
 	/* Requests of the export; its members' are its children (stats.h). */
 	struct io_stats *stats;
 	uint32_t trace_id; /* its name in traces (trace.h) */
+	/*
+	 * The members its open created or grew, until the front end's start
+	 * is over: nbdl_exports_unmake() or nbdl_exports_keep().  NULL: none.
+	 */
+	struct volume_made *made;
 };
 
 /**
@@ -86,7 +91,10 @@ struct nbdl_export {
  *
  * Nothing is created, extended or opened unless every export passes
  * volume_check() first and no two exports share storage (volume_overlap;
- * two read-only exports may).  Returns 0 or -errno.
+ * two read-only exports may).  When one export fails to open, the members
+ * the others' opens created or grew are taken back (volume_unmake); when
+ * all open, each export keeps that record for the front end's start (see
+ * nbdl_exports_unmake).  Returns 0 or -errno.
  */
 int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
 		      unsigned int nr, bool readonly, const char *conf_path,
@@ -101,6 +109,22 @@ int nbdl_exports_open(struct nbdl_export **out, const struct conf_export *defs,
  */
 void nbdl_exports_close(struct nbdl_export *v, unsigned int nr,
 			enum ioq_backend backend);
+
+/**
+ * nbdl_exports_unmake - the front end's start failed after the exports
+ * opened: remove the members their opens created and cut the ones they
+ * grew back to their old size (volume_unmake), leaving the member
+ * directories as they were.  Only before any request was served.  The
+ * exports stay open; @v NULL is fine.
+ */
+void nbdl_exports_unmake(struct nbdl_export *v, unsigned int nr);
+
+/**
+ * nbdl_exports_keep - the start succeeded: the members made are the
+ * exports' for good, and nbdl_exports_unmake() does nothing from now on.
+ * Closing the exports never takes them back either.
+ */
+void nbdl_exports_keep(struct nbdl_export *v, unsigned int nr);
 
 /**
  * nbdl_export_find - the export named @name (@len bytes, not terminated);
