@@ -529,6 +529,21 @@ static void roles_lost(const struct sb_volume *v, const char *const *paths,
 	}
 }
 
+/*
+ * Was the member whose superblock is @sb replaced in its role since (a
+ * spare took it over, bioctl rebuild --replace)?  Then @ref, newer, names
+ * another member there.  A member of another volume, or one as new as
+ * @ref, is not: sb_agree refuses those.
+ */
+static bool sb_replaced(const struct superblock *sb,
+			const struct superblock *ref)
+{
+	return !memcmp(sb->volume_uuid, ref->volume_uuid, 16) &&
+	       sb->events < ref->events && sb->role < ref->nr_roles &&
+	       memcmp(sb->roles[sb->role].uuid, ref->roles[sb->role].uuid,
+		      16);
+}
+
 /* Does @a record the member whose superblock is @b as faulty? */
 static bool sb_condemns(const struct superblock *a, const struct superblock *b)
 {
@@ -686,6 +701,12 @@ int sb_assemble(const char *const *paths, unsigned int n,
 	for (unsigned int i = 0; i < n; i++) {
 		if (!sbs[i].version)
 			continue; /* absent */
+		if (redundant && i < 64 && sb_replaced(&sbs[i], &sbs[ref])) {
+			out->retired |= 1ull << i;
+			memset(&sbs[i], 0, sizeof(sbs[i]));
+			nr_absent++;
+			continue;
+		}
 		r = sb_agree(&sbs[i], paths[i], &sbs[ref], paths[ref], why,
 			     whylen);
 		if (r)

@@ -639,8 +639,15 @@ static int volume_superblocks(const struct volume_config *cfg,
 			if (v->order[i] == SB_ROLE_NONE && left == SB_ROLE_NONE)
 				left = i;
 		}
-		/* A spare given takes over a role left out: meant. */
-		if (cfg->nr_members + cfg->nr_spares < active) {
+		/*
+		 * A spare given takes over a role left out: meant.  A member
+		 * replaced in its role (retired) is given but plays none.
+		 */
+		unsigned int given =
+			cfg->nr_members -
+			(unsigned int)__builtin_popcountll(v->retired);
+
+		if (given + cfg->nr_spares < active) {
 			char name[SB_NAME_BYTES + 40];
 
 			sb_volume_name(v, name, sizeof(name));
@@ -649,7 +656,7 @@ static int volume_superblocks(const struct volume_config *cfg,
 				    "in its superblocks (role %u is not there): "
 				    "name them all, or start it degraded "
 				    "(--degraded, degraded = true)",
-				    name, cfg->nr_members, active,
+				    name, given, active,
 				    left == SB_ROLE_NONE ? 0 : left);
 		}
 	}
@@ -842,6 +849,14 @@ static int check_spare(const struct volume_config *cfg, unsigned int i,
 	else
 		bytes = (uint64_t)ids[i].st.st_size;
 	close(fd);
+	if (!r && !memcmp(sb.volume_uuid, v->sb.volume_uuid, 16) &&
+	    sb.role < v->sb.nr_roles &&
+	    memcmp(v->sb.roles[sb.role].uuid, sb.member_uuid, 16))
+		return verr(errbuf, errlen, -EINVAL,
+			    "spare %s: a former member of volume '%s', "
+			    "replaced in role %u; a spare is overwritten, so "
+			    "it must hold no superblock",
+			    path, v->sb.name, sb.role);
 	if (!r && !memcmp(sb.volume_uuid, v->sb.volume_uuid, 16))
 		return verr(errbuf, errlen, -EINVAL,
 			    "spare %s: already role %u of volume '%s': give it "
@@ -1211,14 +1226,139 @@ void volume_release(void)
 	rbd_release();
 }
 
+/* @path's superblock, if it is a local file or device that holds one. */
+static bool sb_peek(const char *path, struct superblock *sb)
+{
+	char why[200];
+	int fd, r;
+
+	if (member_is_remote(path))
+		return false;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	r = sb_read(MDEV_FD(fd), sb, why, sizeof(why));
+	close(fd);
+	return !r;
+}
+
+/*
+ * A spare that a mirror put in a role while a server ran (it took over
+ * from a failed member) is a member since, but the command line or the
+ * configuration that started that server still names it a spare, and must
+ * start the volume again: a service restarted after a takeover would stay
+ * down otherwise.  Such a spare holds a superblock of the volume, and the
+ * newest role table among the local members given names it, not faulty,
+ * in its role, and no member given is that member (the same file given
+ * twice: check_spare says so).  *@local gets @cfg with those spares moved to the end of
+ * the members (the member they replaced, if given, is left out by the
+ * assembly: sb_volume.retired); *@names holds its arrays, for the caller
+ * to free.  Nothing moves where nothing matches: check_spare refuses.
+ */
+static int spares_promote(const struct volume_config *cfg,
+			  struct volume_config *local, const char ***names)
+{
+	struct superblock newest, sb;
+	unsigned int nm = cfg->nr_members, ns, i;
+	bool have = false, *in_role;
+	uint8_t (*given)[16];
+	const char **a;
+
+	*local = *cfg;
+	*names = NULL;
+	if (!cfg->nr_spares)
+		return 0;
+	given = calloc(cfg->nr_members, sizeof(*given));
+	if (!given)
+		return -ENOMEM;
+	for (i = 0; i < cfg->nr_members; i++) {
+		if (!sb_peek(cfg->members[i], &sb))
+			continue;
+		memcpy(given[i], sb.member_uuid, 16);
+		if (!have || sb.events > newest.events) {
+			newest = sb;
+			have = true;
+		}
+	}
+	if (!have || !sb_redundant(newest.level)) {
+		free(given);
+		return 0;
+	}
+	a = calloc(cfg->nr_members + cfg->nr_spares, sizeof(*a));
+	in_role = calloc(cfg->nr_spares, sizeof(*in_role));
+	if (!a || !in_role) {
+		free(given);
+		free(a);
+		free(in_role);
+		return -ENOMEM;
+	}
+	memcpy(a, cfg->members, cfg->nr_members * sizeof(*a));
+	for (i = 0; i < cfg->nr_spares; i++) {
+		in_role[i] = sb_peek(cfg->spares[i], &sb) &&
+			     !memcmp(sb.volume_uuid, newest.volume_uuid, 16) &&
+			     sb.role < newest.nr_roles &&
+			     newest.roles[sb.role].state != SB_ROLE_FAULTY &&
+			     !memcmp(newest.roles[sb.role].uuid,
+				     sb.member_uuid, 16);
+		for (unsigned int j = 0; in_role[i] && j < cfg->nr_members;
+		     j++)
+			if (!memcmp(given[j], sb.member_uuid, 16))
+				in_role[i] = false;
+		if (in_role[i])
+			a[nm++] = cfg->spares[i];
+	}
+	free(given);
+	ns = nm;
+	for (i = 0; i < cfg->nr_spares; i++)
+		if (!in_role[i])
+			a[ns++] = cfg->spares[i];
+	free(in_role);
+	if (nm == cfg->nr_members) {
+		free(a);
+		return 0;
+	}
+	local->members = a;
+	local->nr_members = nm;
+	local->spares = a + nm;
+	local->nr_spares = ns - nm;
+	*names = a;
+	return 0;
+}
+
+/*
+ * volume_info.order names a promoted spare by its place among @cfg's
+ * spares (volume.h): @local's members past @cfg's are spares of @cfg.
+ */
+static void order_unpromote(struct volume_info *info,
+			    const struct volume_config *cfg,
+			    const struct volume_config *local)
+{
+	for (unsigned int r = 0; r < info->nr_members && r < 64; r++) {
+		unsigned int at = info->order[r];
+
+		if (at == VOLUME_NO_MEMBER || at < cfg->nr_members)
+			continue;
+		for (unsigned int j = 0; j < cfg->nr_spares; j++)
+			if (cfg->spares[j] == local->members[at])
+				info->order[r] = cfg->nr_members + j;
+	}
+}
+
 int volume_check(const struct volume_config *cfg, char *errbuf,
 		 size_t errlen)
 {
+	struct volume_config local;
+	const char **names;
 	int r;
 
 	volume_hold();
-	r = check_held(cfg, errbuf, errlen);
+	r = spares_promote(cfg, &local, &names);
+	if (r)
+		r = verr(errbuf, errlen, r, "out of memory");
+	else
+		r = check_held(&local, errbuf, errlen);
 	volume_release();
+	free(names);
 	return r;
 }
 
@@ -1236,11 +1376,23 @@ int volume_open_made(struct target **out, const struct volume_config *cfg,
 		     struct volume_info *info, struct volume_made **made,
 		     char *errbuf, size_t errlen)
 {
+	struct volume_config local;
+	const char **names;
 	int r;
 
 	volume_hold();
-	r = open_held(out, cfg, info, made, errbuf, errlen);
+	r = spares_promote(cfg, &local, &names);
+	if (r) {
+		if (made)
+			*made = NULL;
+		r = verr(errbuf, errlen, r, "out of memory");
+	} else {
+		r = open_held(out, &local, info, made, errbuf, errlen);
+	}
+	if (!r && info)
+		order_unpromote(info, cfg, &local);
 	volume_release();
+	free(names);
 	return r;
 }
 
@@ -1286,6 +1438,18 @@ static int open_held(struct target **out, const struct volume_config *cfg,
 		r = volume_plan(cfg, &m, &chunk, &need, v, errbuf, errlen);
 	if (r)
 		goto out;
+	for (i = 0; i < cfg->nr_members && i < 64; i++) {
+		char name[SB_NAME_BYTES + 40];
+
+		if (!(v->retired >> i & 1))
+			continue;
+		sb_volume_name(v, name, sizeof(name));
+		target_notice(TARGET_NOTICE_INFO,
+			      "volume '%s': member %s was replaced in its "
+			      "role and is no longer part of it: left out "
+			      "(take it off the member list)",
+			      name, cfg->members[i]);
+	}
 	mirror = v->nr && sb_redundant(v->sb.level);
 	/*
 	 * A mirror's members were checked for size: a read that meets the

@@ -543,7 +543,9 @@ static void log_startup(const struct conf_export *defs,
 					      "%s%s%s", m ? ", " : "",
 					      at == VOLUME_NO_MEMBER ?
 						      "(missing)" :
-						      d->members[at],
+					      at < d->nr_members ?
+						      d->members[at] :
+						      d->spares[at - d->nr_members],
 					      at != VOLUME_NO_MEMBER &&
 							      !e->info.active[m] ?
 						      " (faulty)" :

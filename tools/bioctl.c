@@ -802,6 +802,10 @@ static void info_text(char **paths, int n, const struct member_info *mi,
 			       v->member_bytes - v->sb.data_offset);
 		putchar('\n');
 	}
+	for (int i = 0; i < n && i < 64; i++)
+		if (v->retired >> i & 1)
+			printf("%s: replaced in its role, no longer a member\n",
+			       paths[i]);
 }
 
 static void info_json(char **paths, int n, const struct member_info *mi,
@@ -886,6 +890,13 @@ static void info_json(char **paths, int n, const struct member_info *mi,
 			       sb_role_state_name(v->sb.roles[r].state),
 			       v->sb.roles[r].checkpoint);
 		}
+		/* Members given that were replaced in their role. */
+		printf("], \"replaced\": [");
+		for (int i = 0, k = 0; i < n && i < 64; i++)
+			if (v->retired >> i & 1) {
+				printf("%s", k++ ? ", " : "");
+				json_str(paths[i]);
+			}
 		printf("]");
 	}
 	printf("}}\n");

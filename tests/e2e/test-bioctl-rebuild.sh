@@ -215,9 +215,13 @@ expect_grep "^rebuilt role 0 of volume 'r' on moved: $SIZE bytes copied " out
 expect_grep "^volume 'r': complete and consistent; members by role: moved rnew$" info.txt
 expect_ok "$BIOCTL" check moved rnew >/dev/null 2>&1
 layout verify 2 2 moved rnew || die "moved: not the data"
-# The member it replaced no longer plays the role.
-rc=0
-"$BIOCTL" info r0 rnew >info.txt || rc=$?
-[[ $rc -eq 1 ]] || die "info with the replaced member: exit $rc $(cat info.txt)"
-expect_grep "member r0: claims role 0, which rnew's superblock gives to another member" info.txt
+# The member it replaced no longer plays the role: left out, said so.
+"$BIOCTL" info r0 rnew >info.txt || die "info with the replaced member: exit $? $(cat info.txt)"
+expect_grep "^r0: replaced in its role, no longer a member$" info.txt
+expect_grep "^role 0: -, missing" info.txt
+"$BIOCTL" info --json r0 rnew moved >info.json || die "info --json: exit $?"
+/usr/bin/python3 -c 'import json, sys
+v = json.load(open("info.json"))["volume"]
+sys.exit(v["replaced"] != ["r0"] or v["by_role"] != ["moved", "rnew"])' ||
+    die "info --json with the replaced member: $(cat info.json)"
 log "ok"

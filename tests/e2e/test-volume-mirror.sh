@@ -22,7 +22,9 @@
 # brain (each member served once without the other): refused together in
 # one line naming both, bioctl info too; bioctl rebuild keeps one.  A
 # member put back from an old copy of its file is stale (bioctl info), and
-# never read.  A member
+# never read.  After a spare took a role over, the command line that
+# started the server starts it again (the replaced member left out); the
+# replaced member named a spare is refused as a former member.  A member
 # file cut short while served (on the page cache, and on tmpfs where reads
 # go out with sendfile): every read still returns the data, from the other
 # copy, and the member is recorded faulty.  A rebuild stopped half-way
@@ -449,4 +451,39 @@ stop_server
 "$BIOCTL" info oc0 oc1 >info.txt 2>&1 || :
 expect_grep "role 1: oc1, (stale|faulty)" info.txt
 rm -f oc0 oc1 oc1.old
+
+# After a spare took a role over, the command line that started the server
+# (the spare named a spare, the member it replaced a member) starts the
+# volume again: a service restarted after a takeover must not stay down.
+# The spare serves in its role; the replaced member is left out, said so.
+log "after a spare took over: the same command line starts again"
+expect_ok "$BIOCTL" create --level raid1 --size 16M tk0 tk1 >/dev/null
+truncate -s 20M tk2
+start_server --spare tk2 --fault "member=1 op=write count=1" tk0 tk1
+write_at0 7
+state=''
+for ((i = 0; i < 200; i++)); do
+    "$BIOCTL" info tk0 tk2 >info.txt 2>&1 || :
+    state=$(sed -n "s|^role 1: tk2, ||p" info.txt)
+    [[ $state == active ]] && break
+    sleep 0.1
+done
+[[ $state == active ]] || { cat info.txt >&2; die "the spare did not take role 1 ($state)"; }
+stop_server
+start_server --spare tk2 tk0 tk1
+if [[ $SERVER == bionbd ]]; then
+    expect_grep "member (.*/)?tk1 was replaced in its role and is no longer part of it" "$SERVER_LOG"
+fi
+NBD_URI=$NBD_URI nbdpy -c 'from nbd_e2e import connect
+h = connect()
+for _ in range(8):  # both copies: tk0 and the spare
+    assert h.pread(65536, 0) == b"7" * 65536' || die "after the takeover: not the data"
+stop_server
+# Without the spare, role 1 has no member: refused, as a member left off.
+server_refuses_once tk0 tk1
+expect_grep "volume '[^']*': 1 members given, 2 active in its superblocks \(role 1 is not there\)" "$SERVER_ERR"
+# The replaced member as a spare: its superblock is refused, rightly named.
+server_refuses_once --spare tk1 tk0 tk2
+expect_grep "spare (.*/)?tk1: a former member of volume '[^']*', replaced in role 1" "$SERVER_ERR"
+rm -f tk0 tk1 tk2
 log ok

@@ -186,6 +186,13 @@ struct sb_volume {
 	 */
 	uint32_t state[SB_MAX_ROLES];
 	uint64_t degraded; /* bit r: role r found faulty by this assembly */
+	/*
+	 * Bit i: paths[i] was replaced in its role (a spare took it over, or
+	 * bioctl rebuild --replace): its superblock is older than the newest
+	 * and names it where the newest names another member.  Left out, not
+	 * an error, so that the command line that named it still starts.
+	 */
+	uint64_t retired;
 	bool clean; /* every member given has the clean flag */
 	uint64_t member_bytes; /* each member must hold this many bytes */
 };
@@ -203,6 +210,7 @@ struct sb_volume {
  * (not given, not existing, or a remote that cannot be reached), stale (a lower event counter: they missed
  * writes) or called faulty by the newest superblock leave their role
  * faulty, as long as the other roles still hold a copy of every chunk.
+ * A member replaced in its role is left out (@out->retired).
  *
  * Returns 0, -ENOENT when no member has a superblock (a headerless volume;
  * members that do not exist count as headerless), or another -errno

@@ -95,8 +95,13 @@ struct volume_info {
 	uint32_t level; /* enum sb_level (raid0 when headerless) */
 	unsigned int copies; /* raid1/raid10: copies of each chunk */
 	unsigned int nr_members; /* roles (a mirror may lack some members) */
-	unsigned int order[64]; /* order[role]: index into cfg->members, or
-				 * VOLUME_NO_MEMBER for a missing one */
+	/*
+	 * order[role]: index into cfg->members; cfg->nr_members + j for
+	 * spare j, when a spare took the role over while a server ran (it is
+	 * a member since, named a spare still); VOLUME_NO_MEMBER for a
+	 * missing one.
+	 */
+	unsigned int order[64];
 	bool active[64]; /* a mirror's roles in service at start */
 	bool resynced; /* a mirror found unclean and resynced at open */
 };
