@@ -544,6 +544,30 @@ static bool sb_replaced(const struct superblock *sb,
 		      16);
 }
 
+/* @out->member_bytes from the geometry of @out->sb; -EFBIG if too big. */
+static int sb_layout_bytes(struct sb_volume *out, bool redundant)
+{
+	struct stripe_geom g;
+	struct mirror_geom mg;
+
+	if (redundant) {
+		if (mirror_geom_init(&mg, out->sb.nr_roles, out->sb.copies,
+				     out->sb.chunk_bytes) ||
+		    mirror_member_bytes(&mg, out->sb.size_bytes,
+					&out->member_bytes))
+			return -EFBIG;
+	} else if (stripe_geom_init(&g, out->sb.nr_roles,
+				    out->sb.chunk_bytes) ||
+		   stripe_member_bytes(&g, out->sb.size_bytes,
+				       &out->member_bytes)) {
+		return -EFBIG;
+	}
+	if (__builtin_add_overflow(out->member_bytes, out->sb.data_offset,
+				   &out->member_bytes))
+		return -EFBIG;
+	return 0;
+}
+
 /* Does @a record the member whose superblock is @b as faulty? */
 static bool sb_condemns(const struct superblock *a, const struct superblock *b)
 {
@@ -592,18 +616,20 @@ int sb_assemble(const char *const *paths, unsigned int n,
 {
 	static const unsigned int none = SB_ROLE_NONE;
 	struct superblock *sbs;
+	uint64_t *sizes; /* each member's bytes */
 	unsigned int found = 0, headerless = none, absent = none, ref = none;
 	unsigned int nr_absent = 0;
 	int lost_err = 0; /* the first member that could not be read */
 	char reason[200], lost[512];
 	bool redundant;
-	struct stripe_geom g;
-	struct mirror_geom mg;
 	int r = 0;
 
 	memset(out, 0, sizeof(*out));
 	sbs = calloc(n ? n : 1, sizeof(*sbs));
-	if (!sbs) {
+	sizes = calloc(n ? n : 1, sizeof(*sizes));
+	if (!sbs || !sizes) {
+		free(sbs);
+		free(sizes);
 		snprintf(why, whylen, "out of memory");
 		return -ENOMEM;
 	}
@@ -634,12 +660,14 @@ int sb_assemble(const char *const *paths, unsigned int n,
 			continue;
 		}
 		r = sb_read(m, &sbs[i], reason, sizeof(reason));
+		/* Cut short (a failing disk): lost, as an unreadable one. */
 		if (!r && (mdev_size(m, &bytes) || bytes < sbs[i].data_offset)) {
-			r = -EINVAL;
+			r = -EIO;
 			snprintf(reason, sizeof(reason),
 				 "%llu bytes, shorter than its data offset",
 				 (unsigned long long)bytes);
 		}
+		sizes[i] = bytes;
 		mdev_close(m);
 		if (r == -ENOENT) {
 			r = 0;
@@ -696,6 +724,12 @@ int sb_assemble(const char *const *paths, unsigned int n,
 		goto out;
 	}
 	out->sb = sbs[ref];
+	if (sb_layout_bytes(out, redundant)) {
+		snprintf(why, whylen, "volume '%s': size %llu does not fit",
+			 out->sb.name, (unsigned long long)out->sb.size_bytes);
+		r = -EFBIG;
+		goto out;
+	}
 	for (unsigned int i = 0; i < SB_MAX_ROLES; i++)
 		out->order[i] = none;
 	for (unsigned int i = 0; i < n; i++) {
@@ -703,6 +737,24 @@ int sb_assemble(const char *const *paths, unsigned int n,
 			continue; /* absent */
 		if (redundant && i < 64 && sb_replaced(&sbs[i], &sbs[ref])) {
 			out->retired |= 1ull << i;
+			memset(&sbs[i], 0, sizeof(sbs[i]));
+			nr_absent++;
+			continue;
+		}
+		/*
+		 * Shorter than the layout needs: a mirror leaves it out, as
+		 * an unreadable one (a stripe is refused by the caller).
+		 */
+		if (redundant && sizes[i] < out->member_bytes) {
+			if (!lost_err) {
+				lost_err = -EIO;
+				snprintf(lost, sizeof(lost),
+					 "member %s: %llu bytes, the layout "
+					 "needs %llu",
+					 paths[i],
+					 (unsigned long long)sizes[i],
+					 (unsigned long long)out->member_bytes);
+			}
 			memset(&sbs[i], 0, sizeof(sbs[i]));
 			nr_absent++;
 			continue;
@@ -781,27 +833,11 @@ int sb_assemble(const char *const *paths, unsigned int n,
 		r = -EIO;
 		goto out;
 	}
-	if (redundant) {
-		if (mirror_geom_init(&mg, out->sb.nr_roles,
-				     out->sb.copies, out->sb.chunk_bytes) ||
-		    mirror_member_bytes(&mg, out->sb.size_bytes,
-					&out->member_bytes))
-			goto too_big;
-	} else if (stripe_geom_init(&g, out->sb.nr_roles,
-				    out->sb.chunk_bytes) ||
-		   stripe_member_bytes(&g, out->sb.size_bytes,
-				       &out->member_bytes)) {
-		goto too_big;
-	}
-	if (!__builtin_add_overflow(out->member_bytes, out->sb.data_offset,
-				    &out->member_bytes))
-		goto out;
-too_big:
-	snprintf(why, whylen, "volume '%s': size %llu does not fit",
-		 out->sb.name, (unsigned long long)out->sb.size_bytes);
-	r = -EFBIG;
+	if (lost_err)
+		snprintf(out->left_out, sizeof(out->left_out), "%s", lost);
 out:
 	free(sbs);
+	free(sizes);
 	return r;
 }
 

@@ -904,6 +904,20 @@ static int check_spares(const struct volume_config *cfg,
 }
 
 /*
+ * Is member @i of a mirror left out by the assembly (cut short,
+ * unreadable, replaced)?  Its size is then none of the volume's concern.
+ */
+static bool left_out(const struct sb_volume *v, unsigned int i)
+{
+	if (!v->nr || !sb_redundant(v->sb.level))
+		return false;
+	for (unsigned int r = 0; r < v->sb.nr_roles; r++)
+		if (v->order[r] == i)
+			return false;
+	return true;
+}
+
+/*
  * Every check that can be made without side effects.  On success *mp
  * holds what was learnt of each member and *need the bytes each member
  * must hold (0: no size given, use what they have); @v->nr is non-zero
@@ -1002,7 +1016,7 @@ static int volume_plan(const struct volume_config *cfg,
 			goto err;
 		}
 		if ((m[i].id.exists || m[i].remote) && need &&
-		    m[i].size_bytes < need &&
+		    m[i].size_bytes < need && !left_out(v, i) &&
 		    (cfg->readonly || S_ISBLK(m[i].id.st.st_mode) || sb ||
 		     m[i].remote)) {
 			r = verr(errbuf, errlen, -ENOSPC,
@@ -1438,6 +1452,15 @@ static int open_held(struct target **out, const struct volume_config *cfg,
 		r = volume_plan(cfg, &m, &chunk, &need, v, errbuf, errlen);
 	if (r)
 		goto out;
+	if (v->left_out[0]) {
+		char name[SB_NAME_BYTES + 40];
+
+		sb_volume_name(v, name, sizeof(name));
+		target_notice(TARGET_NOTICE_ERROR,
+			      "volume '%s': %s: left out, its role out of "
+			      "service until rebuilt",
+			      name, v->left_out);
+	}
 	for (i = 0; i < cfg->nr_members && i < 64; i++) {
 		char name[SB_NAME_BYTES + 40];
 

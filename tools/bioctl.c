@@ -806,6 +806,8 @@ static void info_text(char **paths, int n, const struct member_info *mi,
 		if (v->retired >> i & 1)
 			printf("%s: replaced in its role, no longer a member\n",
 			       paths[i]);
+	if (v->left_out[0])
+		printf("left out: %s\n", v->left_out);
 }
 
 static void info_json(char **paths, int n, const struct member_info *mi,
@@ -897,7 +899,11 @@ static void info_json(char **paths, int n, const struct member_info *mi,
 				printf("%s", k++ ? ", " : "");
 				json_str(paths[i]);
 			}
-		printf("]");
+		printf("], \"left_out\": ");
+		if (v->left_out[0])
+			json_str(v->left_out);
+		else
+			printf("null");
 	}
 	printf("}}\n");
 }

@@ -193,6 +193,11 @@ struct sb_volume {
 	 * an error, so that the command line that named it still starts.
 	 */
 	uint64_t retired;
+	/*
+	 * A mirror's member given but left out as failing (unreadable, cut
+	 * short): the first one, "member PATH: why", for the log; "" if none.
+	 */
+	char left_out[512];
 	bool clean; /* every member given has the clean flag */
 	uint64_t member_bytes; /* each member must hold this many bytes */
 };
