@@ -574,6 +574,7 @@ static int volume_superblocks(const struct volume_config *cfg,
 {
 	int r = sb_assemble(cfg->members, cfg->nr_members,
 			    cfg->remote_timeout_ms, v, errbuf, errlen);
+	char name[SB_NAME_BYTES + 40];
 
 	*sb = !r;
 	if (r == -ENOENT) {
@@ -583,32 +584,33 @@ static int volume_superblocks(const struct volume_config *cfg,
 	}
 	if (r)
 		return r;
+	sb_volume_name(v, name, sizeof(name));
 	if (cfg->chunk_bytes && cfg->chunk_bytes != v->sb.chunk_bytes)
 		return verr(errbuf, errlen, -EINVAL,
 			    "stripe-size %llu: volume '%s' has %llu in its superblocks",
-			    (unsigned long long)cfg->chunk_bytes, v->sb.name,
+			    (unsigned long long)cfg->chunk_bytes, name,
 			    (unsigned long long)v->sb.chunk_bytes);
 	if (cfg->size_bytes && cfg->size_bytes != v->sb.size_bytes)
 		return verr(errbuf, errlen, -EINVAL,
 			    "size %llu: volume '%s' is %llu bytes in its superblocks",
-			    (unsigned long long)cfg->size_bytes, v->sb.name,
+			    (unsigned long long)cfg->size_bytes, name,
 			    (unsigned long long)v->sb.size_bytes);
 	if (cfg->level_set && cfg->level != v->sb.level)
 		return verr(errbuf, errlen, -EINVAL,
 			    "level %s: volume '%s' is %s in its superblocks",
-			    sb_level_name(cfg->level), v->sb.name,
+			    sb_level_name(cfg->level), name,
 			    sb_level_name(v->sb.level));
 	/* A raid0's superblocks say 0 copies: not a number to compare. */
 	if (cfg->copies && !sb_redundant(v->sb.level))
 		return verr(errbuf, errlen, -EINVAL,
 			    "copies %u: volume '%s' is %s in its superblocks, "
 			    "and only raid1 and raid10 keep copies",
-			    cfg->copies, v->sb.name,
+			    cfg->copies, name,
 			    sb_level_name(v->sb.level));
 	if (cfg->copies && cfg->copies != v->sb.copies)
 		return verr(errbuf, errlen, -EINVAL,
 			    "copies %u: volume '%s' has %u in its superblocks",
-			    cfg->copies, v->sb.name, v->sb.copies);
+			    cfg->copies, name, v->sb.copies);
 	/*
 	 * A mirror named with fewer members than it has active roles would
 	 * start degraded and record the one left out faulty, to be rebuilt
@@ -647,10 +649,7 @@ static int volume_superblocks(const struct volume_config *cfg,
 			cfg->nr_members -
 			(unsigned int)__builtin_popcountll(v->retired);
 
-		if (given + cfg->nr_spares < active) {
-			char name[SB_NAME_BYTES + 40];
-
-			sb_volume_name(v, name, sizeof(name));
+		if (given + cfg->nr_spares < active)
 			return verr(errbuf, errlen, -EINVAL,
 				    "volume '%s': %u members given, %u active "
 				    "in its superblocks (role %u is not there): "
@@ -658,7 +657,6 @@ static int volume_superblocks(const struct volume_config *cfg,
 				    "(--degraded, degraded = true)",
 				    name, given, active,
 				    left == SB_ROLE_NONE ? 0 : left);
-		}
 	}
 	return 0;
 }
@@ -1161,6 +1159,8 @@ static void volume_info_fill(struct volume_info *info,
 	for (unsigned int i = 0; i < info->nr_members && i < 64; i++) {
 		info->order[i] = v->nr ? v->order[i] : i;
 		info->active[i] = !v->nr || v->state[i] == SB_ROLE_ACTIVE;
+		info->rebuilding[i] = v->nr &&
+				      v->state[i] == SB_ROLE_REBUILDING;
 	}
 	if (!v->nr)
 		return;

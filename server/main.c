@@ -148,8 +148,9 @@ static void usage(void)
 	      "              [--stats FILE] [--stats-interval S] [--control SOCK]\n"
 	      "              [--trace FILE] [--trace-buffer SIZE] [-c FILE.conf]\n"
 	      "\n"
-	      "Serve a RAID-0 volume striped over MEMBER files (or the exports of\n"
-	      "FILE.conf; with neither, of " BIONBD_DEFAULT_CONF ") over NBD.\n"
+	      "Serve a volume over NBD: striped (raid0) over MEMBER files, or a\n"
+	      "raid1/raid10 mirror when they hold its superblocks (or the exports\n"
+	      "of FILE.conf; with neither, of " BIONBD_DEFAULT_CONF ").\n"
 	      "Listens on 127.0.0.1:10809 unless -U, -i or -p say otherwise (-U\n"
 	      "alone: the unix socket only), or on the sockets a service manager\n"
 	      "passes (LISTEN_PID/LISTEN_FDS).\n"
@@ -546,8 +547,10 @@ static void log_startup(const struct conf_export *defs,
 					      at < d->nr_members ?
 						      d->members[at] :
 						      d->spares[at - d->nr_members],
-					      at != VOLUME_NO_MEMBER &&
-							      !e->info.active[m] ?
+					      at == VOLUME_NO_MEMBER ? "" :
+					      e->info.rebuilding[m] ?
+						      " (rebuilding)" :
+					      !e->info.active[m] ?
 						      " (faulty)" :
 						      "");
 		}

@@ -323,6 +323,8 @@ expect_no_grep "st2 \(role 1\) rebuilt" "$SERVER_LOG"
 "$BIOCTL" info st0 st2 >info.txt 2>&1 || :
 expect_grep "role 1: st2, rebuilding" info.txt
 start_server st0 st2
+# The start-up line says what the role is: rebuilding, not faulty.
+expect_grep "raid1, 2 copies, 2 members, .*: st0, st2 \(rebuilding\)$" "$SERVER_LOG"
 state=''
 for ((i = 0; i < 600; i++)); do
     "$BIOCTL" info st0 st2 >info.txt 2>&1 || :
@@ -392,7 +394,7 @@ server_refuses_once --level raid1 y0 y1
 expect_grep "level raid1: a size is needed" "$SERVER_ERR"
 [[ ! -e y0 && ! -e y1 ]] || die "a refused new mirror left files"
 server_refuses_once --level raid1 n0 n1 n2 n3
-expect_grep "level raid1: volume '' is raid10 in its superblocks" "$SERVER_ERR"
+expect_grep "level raid1: volume '[0-9a-f-]{36}' is raid10 in its superblocks" "$SERVER_ERR"
 server_refuses_once --copies 3 n0 n1 n2 n3
 expect_grep "copies 3: volume .* has 2 in its superblocks" "$SERVER_ERR"
 server_refuses_once --level raid0 --copies 2 --size 16M z0 z1

@@ -103,6 +103,7 @@ struct volume_info {
 	 */
 	unsigned int order[64];
 	bool active[64]; /* a mirror's roles in service at start */
+	bool rebuilding[64]; /* ... and those still being rebuilt */
 	bool resynced; /* a mirror found unclean and resynced at open */
 };
 
