@@ -660,14 +660,11 @@ int sb_assemble(const char *const *paths, unsigned int n,
 			continue;
 		}
 		r = sb_read(m, &sbs[i], reason, sizeof(reason));
-		/* Cut short (a failing disk): lost, as an unreadable one. */
-		if (!r && (mdev_size(m, &bytes) || bytes < sbs[i].data_offset)) {
+		if (!r && mdev_size(m, &bytes)) {
 			r = -EIO;
-			snprintf(reason, sizeof(reason),
-				 "%llu bytes, shorter than its data offset",
-				 (unsigned long long)bytes);
+			snprintf(reason, sizeof(reason), "its size is unknown");
 		}
-		sizes[i] = bytes;
+		sizes[i] = bytes; /* a member cut short: see below */
 		mdev_close(m);
 		if (r == -ENOENT) {
 			r = 0;
@@ -735,34 +732,53 @@ int sb_assemble(const char *const *paths, unsigned int n,
 	for (unsigned int i = 0; i < n; i++) {
 		if (!sbs[i].version)
 			continue; /* absent */
-		if (redundant && i < 64 && sb_replaced(&sbs[i], &sbs[ref])) {
+		if (redundant && i < 64 && sb_replaced(&sbs[i], &out->sb)) {
 			out->retired |= 1ull << i;
 			memset(&sbs[i], 0, sizeof(sbs[i]));
 			nr_absent++;
 			continue;
 		}
+		/* Against the copy: a member cut short is zeroed below. */
+		r = sb_agree(&sbs[i], paths[i], &out->sb, paths[ref], why,
+			     whylen);
+		if (r)
+			goto out;
 		/*
-		 * Shorter than the layout needs: a mirror leaves it out, as
-		 * an unreadable one (a stripe is refused by the caller).
+		 * A member of this volume cut short (a failing disk, a file
+		 * truncated): a mirror leaves it out, as an unreadable one; a
+		 * stripe is refused (here below its data offset, else by the
+		 * caller, which knows the size asked).
 		 */
-		if (redundant && sizes[i] < out->member_bytes) {
-			if (!lost_err) {
-				lost_err = -EIO;
-				snprintf(lost, sizeof(lost),
+		if (sizes[i] < out->member_bytes &&
+		    (redundant || sizes[i] < sbs[i].data_offset)) {
+			char cut[300];
+
+			if (sizes[i] < sbs[i].data_offset)
+				snprintf(cut, sizeof(cut),
+					 "member %s: %llu bytes, shorter than "
+					 "its data offset",
+					 paths[i],
+					 (unsigned long long)sizes[i]);
+			else
+				snprintf(cut, sizeof(cut),
 					 "member %s: %llu bytes, the layout "
 					 "needs %llu",
 					 paths[i],
 					 (unsigned long long)sizes[i],
 					 (unsigned long long)out->member_bytes);
+			if (!redundant) {
+				snprintf(why, whylen, "%s", cut);
+				r = -EINVAL;
+				goto out;
+			}
+			if (!lost_err) {
+				lost_err = -EIO;
+				snprintf(lost, sizeof(lost), "%s", cut);
 			}
 			memset(&sbs[i], 0, sizeof(sbs[i]));
 			nr_absent++;
 			continue;
 		}
-		r = sb_agree(&sbs[i], paths[i], &sbs[ref], paths[ref], why,
-			     whylen);
-		if (r)
-			goto out;
 		if (out->order[sbs[i].role] != none) {
 			snprintf(why, whylen,
 				 "members %s and %s both claim role %u",

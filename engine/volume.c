@@ -1261,13 +1261,14 @@ static bool sb_peek(const char *path, struct superblock *sb)
  * from a failed member) is a member since, but the command line or the
  * configuration that started that server still names it a spare, and must
  * start the volume again: a service restarted after a takeover would stay
- * down otherwise.  Such a spare holds a superblock of the volume, and the
+ * down otherwise.  Such a spare holds a superblock of the volume, the
  * newest role table among the local members given names it, not faulty,
  * in its role, and no member given is that member (the same file given
- * twice: check_spare says so).  *@local gets @cfg with those spares moved to the end of
- * the members (the member they replaced, if given, is left out by the
- * assembly: sb_volume.retired); *@names holds its arrays, for the caller
- * to free.  Nothing moves where nothing matches: check_spare refuses.
+ * twice: check_spare says so).  *@local gets @cfg with those spares moved
+ * to the end of the members (the member they replaced, if given, is left
+ * out by the assembly: sb_volume.retired); *@names holds its arrays, for
+ * the caller to free.  Nothing moves where nothing matches: check_spare
+ * refuses.
  */
 static int spares_promote(const struct volume_config *cfg,
 			  struct volume_config *local, const char ***names)

@@ -503,4 +503,10 @@ expect_grep "volume '[^']*': 1 members given, 2 active in its superblocks \(role
 server_refuses_once --spare tk1 tk0 tk2
 expect_grep "spare (.*/)?tk1: a former member of volume '[^']*', replaced in role 1" "$SERVER_ERR"
 rm -f tk0 tk1 tk2
+# A member of another, smaller mirror is refused, not left out as short.
+expect_ok "$BIOCTL" create --level raid1 --size 8M ov0 ov1 >/dev/null
+expect_ok "$BIOCTL" create --level raid1 --size 16M ow0 ow1 >/dev/null
+server_refuses_once ow0 ov1
+expect_grep "member (.*/)?ov1: belongs to another volume" "$SERVER_ERR"
+rm -f ov0 ov1 ow0 ow1
 log ok
