@@ -1559,8 +1559,16 @@ static int open_held(struct target **out, const struct volume_config *cfg,
 		r = mirror_target_create(&top, t, state, cp, n, v->sb.copies,
 					 chunk, v->sb.size_bytes,
 					 v->sb.data_offset, name);
-		if (!r && cfg->readonly && !v->clean)
+		if (!r && cfg->readonly && !v->clean) {
+			/* Not resynced (read-only): say what is read. */
+			target_notice(TARGET_NOTICE_INFO,
+				      "volume '%s': not clean (the copies may "
+				      "differ where the last writes went); "
+				      "read-only, so not resynced: every read "
+				      "comes from the first live copy",
+				      name);
 			mirror_read_primary(top);
+		}
 	} else {
 		r = stripe_target_create(&top, t, n, chunk,
 					 v->nr ? v->sb.size_bytes :

@@ -438,12 +438,12 @@ static void set_export_key(struct conf_export *e, const char *flag,
 		return;
 	if (r == -ENOMEM)
 		die("out of memory");
-	if (flag && !strncmp(err, key, klen) && err[klen] == '=' &&
+	if (!strncmp(err, key, klen) && err[klen] == '=' &&
 	    !strncmp(err + klen + 1, value, vlen) &&
 	    !strncmp(err + klen + 1 + vlen, ": ", 2))
 		/* A blank value shows quoted: '' (an unset shell variable). */
 		die(strspn(value, " \t") == vlen ? "%s '%s': %s" : "%s %s: %s",
-		    flag, value, err + klen + vlen + 3);
+		    flag ? flag : "member", value, err + klen + vlen + 3);
 	die("%s", err);
 }
 

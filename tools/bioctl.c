@@ -948,9 +948,22 @@ static int cmd_info(int argc, char **argv)
 		mi[i].r = mdev_open(&m, argv[optind + i], false, 0, mi[i].why,
 				    sizeof(mi[i].why));
 		if (mi[i].r) {
-			/* A file's name is printed beside the reason. */
+			char pfx[PATH_MAX + 16];
+			size_t k = (size_t)snprintf(pfx, sizeof(pfx),
+						    "member %s: ",
+						    argv[optind + i]);
+
+			/*
+			 * A file's name is printed beside the reason: the
+			 * reason alone, else the error (a FIFO: "not a
+			 * regular file ...", not "Invalid argument").
+			 */
 			mi[i].absent = mi[i].r == -ENOENT;
-			if (!member_is_remote(argv[optind + i]))
+			if (!member_is_remote(argv[optind + i]) &&
+			    !strncmp(mi[i].why, pfx, k))
+				memmove(mi[i].why, mi[i].why + k,
+					strlen(mi[i].why + k) + 1);
+			else if (!member_is_remote(argv[optind + i]))
 				snprintf(mi[i].why, sizeof(mi[i].why), "%s",
 					 strerror(-mi[i].r));
 			continue;

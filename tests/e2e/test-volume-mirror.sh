@@ -130,6 +130,15 @@ rm -f "$NBD_SOCK"
 dd if=/dev/urandom of=raid1-2-1 bs=4096 count=3 seek=$(((MiB + 21 * MiB) / 4096 + 7)) \
     conv=notrunc status=none
 dd if=new of=src bs=1M seek=20 conv=notrunc status=none
+if [[ $SERVER == bionbd ]]; then
+    # Read-only, it is not resynced, and says which copy it reads.
+    start_server -r "$@"
+    expect_grep "not clean \(the copies may differ where the last writes went\); read-only, so not resynced: every read comes from the first live copy" "$SERVER_LOG"
+    stop_server
+    # The command line's spelling in its messages, not the config's.
+    server_refuses_once "$1" "$1"
+    expect_grep "^bionbd: member (.*/)?$1: the same member is listed twice$" "$SERVER_ERR"
+fi
 start_server "$@"
 if [[ $SERVER == bionbd ]]; then
     expect_grep "resync after an unclean shutdown \(regions in the write-intent bitmap\): 2 MiB compared, 64 KiB rewritten" "$SERVER_LOG"

@@ -200,6 +200,9 @@ server_refuses_once fifo
 expect_grep "member (.*/)?fifo: not a regular file or block device" "$SERVER_ERR"
 out=$(timeout 10 "$BIOCTL" info fifo 2>&1) && die "bioctl info of a FIFO: $out"
 [[ $out == *"not a regular file or block device"* ]] || die "bioctl info of a FIFO said: $out"
+# Its own line says why too, not a bare errno text.
+[[ $out == *"fifo: not a regular file or block device"* && $out != *"Invalid argument"* ]] ||
+    die "bioctl info of a FIFO, member line: $out"
 ((SECONDS - t0 < 10)) || die "the FIFO refusals took $((SECONDS - t0)) s"
 
 log "a trace or statistics file that is a member: refused, the member untouched"
