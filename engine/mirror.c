@@ -794,12 +794,42 @@ static void mirror_start(struct target *t)
 	mirror_rebuild_start(t);
 }
 
+/* Under the lock: a spare's takeover changes a member and its state. */
+static unsigned int mirror_member_states(struct target *t,
+					 struct target_member_state *out,
+					 unsigned int max)
+{
+	struct mirror_target *mt = to_mirror(t);
+	unsigned int n = 0;
+	uint64_t bytes = 0;
+
+	(void)mirror_member_bytes(&mt->g, mt->t.size_bytes, &bytes);
+	pthread_mutex_lock(&mt->lock);
+	for (unsigned int m = 0; m < mt->g.nr_members && n < max; m++) {
+		uint8_t s = atomic_load(&mt->state[m]);
+
+		if (!mt->members[m])
+			continue;
+		out[n].name = mt->members[m]->name;
+		out[n].state = s == MIRROR_ACTIVE   ? TARGET_MEMBER_ACTIVE :
+			       s == MIRROR_FAULTY   ? TARGET_MEMBER_FAULTY :
+						      TARGET_MEMBER_REBUILDING;
+		out[n].rebuilt = s == MIRROR_REBUILDING ? mt->checkpoint[m] :
+							  0;
+		out[n].bytes = s == MIRROR_REBUILDING ? bytes : 0;
+		n++;
+	}
+	pthread_mutex_unlock(&mt->lock);
+	return n;
+}
+
 static const struct target_ops mirror_target_ops = {
 	.submit = mirror_submit,
 	.destroy = mirror_destroy,
 	.iomap = mirror_iomap,
 	.start = mirror_start,
 	.iomap_short = mirror_iomap_short,
+	.member_states = mirror_member_states,
 };
 
 int mirror_target_create(struct target **out, struct target **members,

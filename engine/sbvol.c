@@ -564,12 +564,21 @@ static int sbvol_iomap_short(struct target *t, struct target *src,
 				  off);
 }
 
+static unsigned int sbvol_member_states(struct target *t,
+					struct target_member_state *out,
+					unsigned int max)
+{
+	return target_member_states(container_of(t, struct sbvol, t)->inner,
+				    out, max);
+}
+
 static const struct target_ops sbvol_ops = {
 	.submit = sbvol_submit,
 	.destroy = sbvol_destroy,
 	.iomap = sbvol_iomap,
 	.start = sbvol_start,
 	.iomap_short = sbvol_iomap_short,
+	.member_states = sbvol_member_states,
 };
 
 /*

@@ -151,6 +151,14 @@ int target_iomap_short(struct target *t, struct target *src, uint64_t off)
 	return t->ops->iomap_short(t, src, off);
 }
 
+unsigned int target_member_states(struct target *t,
+				  struct target_member_state *out,
+				  unsigned int max)
+{
+	return t && t->ops->member_states ? t->ops->member_states(t, out, max) :
+					     0;
+}
+
 bool target_lost(struct target *t)
 {
 	return t->ops->lost && t->ops->lost(t);

@@ -83,6 +83,36 @@ static void json_object(FILE *f, struct io_stats *st)
 	fputc('}', f);
 }
 
+/*
+ * A mirror's member: its state, and a rebuild's progress.  A member that
+ * left the mirror (a spare took its role) keeps its counts, and says so.
+ */
+static void json_member_state(FILE *f, const char *name,
+			      const struct target_member_state *st,
+			      unsigned int nst)
+{
+	static const char *const names[] = {
+		[TARGET_MEMBER_ACTIVE] = "active",
+		[TARGET_MEMBER_FAULTY] = "faulty",
+		[TARGET_MEMBER_REBUILDING] = "rebuilding",
+	};
+
+	if (!nst)
+		return; /* not a mirror */
+	for (unsigned int i = 0; i < nst; i++) {
+		if (strcmp(st[i].name, name))
+			continue;
+		fprintf(f, ", \"state\": \"%s\"", names[st[i].state]);
+		if (st[i].state == TARGET_MEMBER_REBUILDING)
+			fprintf(f,
+				", \"rebuilt_bytes\": %" PRIu64
+				", \"rebuild_bytes\": %" PRIu64,
+				st[i].rebuilt, st[i].bytes);
+		return;
+	}
+	fputs(", \"state\": \"replaced\"", f);
+}
+
 void nbdl_stats_json(FILE *f, struct nbdl_export *v, unsigned int nr,
 		     nbdl_stats_more_fn *more, void *arg)
 {
@@ -93,7 +123,8 @@ void nbdl_stats_json(FILE *f, struct nbdl_export *v, unsigned int nr,
 		(long long)now.tv_sec, now.tv_nsec / 1000000);
 	for (unsigned int i = 0, shown = 0; i < nr; i++) {
 		struct io_stats *kids[STATS_MAX_CHILDREN];
-		unsigned int n;
+		struct target_member_state st[STATS_MAX_CHILDREN];
+		unsigned int n, nst;
 
 		if (!v[i].stats)
 			continue; /* statistics = false */
@@ -102,10 +133,12 @@ void nbdl_stats_json(FILE *f, struct nbdl_export *v, unsigned int nr,
 		n = io_stats_children(v[i].stats, kids, STATS_MAX_CHILDREN);
 		if (n > STATS_MAX_CHILDREN)
 			n = STATS_MAX_CHILDREN;
+		nst = target_member_states(v[i].vol, st, STATS_MAX_CHILDREN);
 		fputs(", \"members\": [", f);
 		for (unsigned int k = 0; k < n; k++) {
 			fputs(k ? ",\n    " : "\n    ", f);
 			json_object(f, kids[k]);
+			json_member_state(f, io_stats_name(kids[k]), st, nst);
 			fputc('}', f);
 		}
 		fputs("]}", f);

@@ -210,6 +210,7 @@ static uint64_t jnum(const struct jv *v, const char *key)
 
 struct row {
 	char name[256];
+	char state[32]; /* a mirror's member not active: why, else "" */
 	bool member;
 	uint64_t inflight;
 	struct io_stats_op op[REQ_OP_LAST]; /* lat_ns not shown */
@@ -225,12 +226,23 @@ struct report {
 static void row_fill(struct row *r, const struct jv *o, bool member)
 {
 	const struct jv *name = jget(o, "name"), *ops = jget(o, "ops");
+	const struct jv *state;
 
 	memset(r, 0, sizeof(*r));
 	snprintf(r->name, sizeof(r->name), "%s",
 		 name && name->type == J_STR ? name->str : "?");
 	r->member = member;
 	r->inflight = jnum(o, "inflight");
+	state = jget(o, "state");
+	if (state && state->type == J_STR && strcmp(state->str, "active")) {
+		uint64_t of = jnum(o, "rebuild_bytes");
+
+		if (of)
+			snprintf(r->state, sizeof(r->state), "%s %" PRIu64 "%%",
+				 state->str, jnum(o, "rebuilt_bytes") * 100 / of);
+		else
+			snprintf(r->state, sizeof(r->state), "%s", state->str);
+	}
 	for (int k = 0; k < REQ_OP_LAST; k++) {
 		const struct jv *op = jget(ops, nbdl_op_name((enum req_op)k));
 		const struct jv *errs = jget(op, "errors");
@@ -451,13 +463,13 @@ static void print_report(const struct report *cur, const struct report *prev)
 	double secs = prev ? cur->time - prev->time : 0;
 	bool rates = prev && secs > 0;
 
-	printf("%-24s %9s %9s %9s %9s %7s %7s %7s %7s %6s %8s %8s\n",
+	printf("%-24s %9s %9s %9s %9s %7s %7s %7s %7s %6s %8s %8s %s\n",
 	       rates ? "export/member" : "export/member (total)",
 	       rates ? "r/s" : "reads", rates ? "rMiB/s" : "rMiB",
 	       rates ? "w/s" : "writes", rates ? "wMiB/s" : "wMiB",
 	       rates ? "f/s" : "flush", rates ? "t/s" : "trim",
 	       rates ? "z/s" : "zero", rates ? "err/s" : "errors", "inflt",
-	       "r_p99ms", "w_p99ms");
+	       "r_p99ms", "w_p99ms", "state");
 	for (size_t i = 0; i < cur->nr; i++) {
 		const struct row *r = &cur->rows[i], *p = find_prev(prev, r, i);
 		struct io_stats_op d[REQ_OP_LAST];
@@ -481,7 +493,7 @@ static void print_report(const struct report *cur, const struct report *prev)
 		snprintf(name, sizeof(name), "%s%s", r->member ? "  " : "",
 			 r->name[0] || r->member ? r->name : "''");
 		printf("%-24.24s %9.0f %9.1f %9.0f %9.1f %7.0f %7.0f %7.0f "
-		       "%7.0f %6" PRIu64 " %8.3f %8.3f\n",
+		       "%7.0f %6" PRIu64 " %8.3f %8.3f %s\n",
 		       name, d[REQ_OP_READ].requests / div,
 		       d[REQ_OP_READ].bytes / 1048576.0 / div,
 		       d[REQ_OP_WRITE].requests / div,
@@ -491,7 +503,8 @@ static void print_report(const struct report *cur, const struct report *prev)
 		       d[REQ_OP_WRITE_ZEROES].requests / div, errs / div,
 		       r->inflight,
 		       io_stats_percentile(&d[REQ_OP_READ], 0.99) / 1e6,
-		       io_stats_percentile(&d[REQ_OP_WRITE], 0.99) / 1e6);
+		       io_stats_percentile(&d[REQ_OP_WRITE], 0.99) / 1e6,
+		       r->state);
 	}
 	printf("%zu connection%s open\n", cur->conns, cur->conns == 1 ? "" : "s");
 	fflush(stdout);

@@ -495,6 +495,19 @@ for ((i = 0; i < 200; i++)); do
     sleep 0.1
 done
 [[ $state == active ]] || { cat info.txt >&2; die "the spare did not take role 1 ($state)"; }
+if [[ $SERVER == bionbd ]]; then
+    # The live statistics say so too, member by member.
+    "$BIOCTL" stat --json "$tmp/server.$_server_seq.pid" >stat.json ||
+        die "bioctl stat --json: exit $?"
+    /usr/bin/python3 -c 'import json, sys
+ms = {m["name"].rsplit("/", 1)[-1]: m.get("state")
+      for m in json.load(open("stat.json"))["exports"][0]["members"]}
+sys.exit(ms != {"tk0": "active", "tk1": "replaced", "tk2": "active"})' ||
+        die "member states in the statistics: $(cat stat.json)"
+    "$BIOCTL" stat -n 1 "$tmp/server.$_server_seq.pid" >stat.txt ||
+        die "bioctl stat: exit $?"
+    expect_grep "^  (.*/)?tk1 .* replaced$" stat.txt
+fi
 stop_server
 start_server --spare tk2 tk0 tk1
 if [[ $SERVER == bionbd ]]; then

@@ -35,6 +35,18 @@ struct target_iomap {
  * Never reorder: targets outside the engine may fill this in by position.
  * All callbacks run on the submitting thread.
  */
+/* A mirror's member as target_member_states() sees it. */
+struct target_member_state {
+	const char *name; /* the member target's: valid while @t lives */
+	enum {
+		TARGET_MEMBER_ACTIVE,
+		TARGET_MEMBER_FAULTY,
+		TARGET_MEMBER_REBUILDING,
+	} state;
+	uint64_t rebuilt; /* rebuilding: data bytes done (its checkpoint) */
+	uint64_t bytes; /* rebuilding: of this many */
+};
+
 struct target_ops {
 	/*
 	 * Required.  Start @bio (already checked to lie inside the target).
@@ -68,6 +80,10 @@ struct target_ops {
 			     unsigned int opf);
 	/* Optional.  See target_lost(). */
 	bool (*lost)(struct target *t);
+	/* Optional.  See target_member_states(). */
+	unsigned int (*member_states)(struct target *t,
+				      struct target_member_state *out,
+				      unsigned int max);
 };
 
 struct target {
@@ -91,6 +107,15 @@ struct target {
 	 */
 	bool whole_io;
 };
+
+/**
+ * target_member_states - a mirror's members now, in role order, into @out
+ * (at most @max; a role without a member is left out), for statistics.
+ * 0 for a target that has no such states (a stripe, a file).
+ */
+unsigned int target_member_states(struct target *t,
+				  struct target_member_state *out,
+				  unsigned int max);
 
 /**
  * submit_bio - send @bio to @t
