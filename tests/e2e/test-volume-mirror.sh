@@ -227,6 +227,22 @@ cmp <(tail -c +$((MiB + 1)) raid1-2-1 | head -c $((32 * MiB))) src ||
 # short reads): the reads it cannot answer come from the other copy and it
 # is marked faulty; on the page cache and on tmpfs (where bionbd sends
 # reads with sendfile).
+# wait_role_active ROLE MEMBER WHAT PATH...: until bioctl info PATH...
+# shows role ROLE played by MEMBER, active (a rebuild done; at most 60 s),
+# else fail saying WHAT.
+wait_role_active() {
+    local role=$1 member=$2 what=$3 state='' i
+    shift 3
+    for ((i = 0; i < 600; i++)); do
+        "$BIOCTL" info "$@" >info.txt 2>&1 || :
+        state=$(sed -n "s|^role $role: $member, ||p" info.txt)
+        [[ $state == active ]] && return 0
+        sleep 0.1
+    done
+    cat info.txt >&2
+    die "$what ($state)"
+}
+
 cut_member() {
     local dir=$1
     log "a member cut short while served ($dir)"
@@ -287,14 +303,7 @@ kill -INT "$rb_pid"
 wait "$rb_pid" && die "bioctl rebuild was not interrupted"
 ((cp > 0)) || { cat rebuild.out >&2; die "no rebuild checkpoint recorded"; }
 start_server rs0 rs2
-state=''
-for ((i = 0; i < 200; i++)); do
-    "$BIOCTL" info rs0 rs2 >info.txt 2>&1 || :
-    state=$(sed -n "s|^role 1: rs2, ||p" info.txt)
-    [[ $state == active ]] && break
-    sleep 0.1
-done
-[[ $state == active ]] || { cat info.txt >&2; die "the server did not finish the rebuild ($state)"; }
+wait_role_active 1 rs2 "the server did not finish the rebuild" rs0 rs2
 if [[ $SERVER == bionbd ]]; then
     expect_grep "rebuilding member (.*/)?rs2 \(role 1\) from [1-9][0-9]* of 32 MiB" "$SERVER_LOG"
 fi
@@ -334,14 +343,7 @@ expect_grep "role 1: st2, rebuilding" info.txt
 start_server st0 st2
 # The start-up line says what the role is: rebuilding, not faulty.
 expect_grep "raid1, 2 copies, 2 members, .*: st0, st2 \(rebuilding\)$" "$SERVER_LOG"
-state=''
-for ((i = 0; i < 600; i++)); do
-    "$BIOCTL" info st0 st2 >info.txt 2>&1 || :
-    state=$(sed -n "s|^role 1: st2, ||p" info.txt)
-    [[ $state == active ]] && break
-    sleep 0.1
-done
-[[ $state == active ]] || { cat info.txt >&2; die "the resumed rebuild did not finish ($state)"; }
+wait_role_active 1 st2 "the resumed rebuild did not finish" st0 st2
 expect_grep "rebuilding member (.*/)?st2 \(role 1\) from [0-9]+ of 1024 MiB" "$SERVER_LOG"
 qemu-io -f raw -r -c "read -P 0x5a 0 64k" "$NBD_URI" >/dev/null ||
     die "the write before the stop reads back wrong"
@@ -487,14 +489,7 @@ expect_ok "$BIOCTL" create --level raid1 --size 16M tk0 tk1 >/dev/null
 truncate -s 20M tk2
 start_server --spare tk2 --fault "member=1 op=write count=1" tk0 tk1
 write_at0 7
-state=''
-for ((i = 0; i < 200; i++)); do
-    "$BIOCTL" info tk0 tk2 >info.txt 2>&1 || :
-    state=$(sed -n "s|^role 1: tk2, ||p" info.txt)
-    [[ $state == active ]] && break
-    sleep 0.1
-done
-[[ $state == active ]] || { cat info.txt >&2; die "the spare did not take role 1 ($state)"; }
+wait_role_active 1 tk2 "the spare did not take role 1" tk0 tk2
 if [[ $SERVER == bionbd ]]; then
     # The live statistics say so too, member by member.
     "$BIOCTL" stat --json "$tmp/server.$_server_seq.pid" >stat.json ||

@@ -626,15 +626,8 @@ static void case_async_budget(struct ctx *c)
 
 static bool run_backend(struct ctx *c, enum ioq_backend be)
 {
-	int r = ioq_create(&c->q, be, 0);
-
-	if (be == IOQ_IO_URING &&
-	    (r == -ENOSYS || r == -EPERM || r == -EOPNOTSUPP)) {
-		printf("%s: not available here (%s), skipped\n",
-		       ioq_backend_name(be), strerror(-r));
+	if (!unit_ioq_create(&c->q, be))
 		return false;
-	}
-	CHECK_EQ(r, 0);
 	c->be = be;
 	ioq_set_current(c->q);
 

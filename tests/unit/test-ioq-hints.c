@@ -96,15 +96,9 @@ static bool run_backend(struct target *t, enum ioq_backend be,
 	struct done d[IOQ_MAX_HINTS + 1], late = { 0 }, rd = { 0 };
 	static uint8_t buf[64 << 10];
 	struct bio *bio;
-	int r = ioq_create(&q, be, 0);
 
-	if (be == IOQ_IO_URING &&
-	    (r == -ENOSYS || r == -EPERM || r == -EOPNOTSUPP)) {
-		printf("%s: not available here (%s), skipped\n",
-		       ioq_backend_name(be), strerror(-r));
+	if (!unit_ioq_create(&q, be))
 		return false;
-	}
-	CHECK_EQ(r, 0);
 	ioq_set_current(q);
 	printf("%s:\n", ioq_backend_name(be));
 	for (unsigned int no = 1; no <= 3; no++)

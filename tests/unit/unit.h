@@ -1,7 +1,8 @@
 /*
  * Description: helpers shared by the unit tests (not a test itself): checks
- * that print both values when they fail, and a seeded per-thread PRNG so a
- * failing random case can be replayed with BIONBD_TEST_SEED=<seed>.
+ * that print both values when they fail, a seeded per-thread PRNG so a
+ * failing random case can be replayed with BIONBD_TEST_SEED=<seed>, and an
+ * ioq for each backend the machine has.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -10,12 +11,17 @@
 
 #undef NDEBUG
 #include <assert.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <bionbd/ioq.h>
 
 /*
  * abort() rather than exit(1): a core or a backtrace under gdb shows the
@@ -126,6 +132,24 @@ static inline void shuffle_int(int *v, size_t n)
 		v[i - 1] = v[j];
 		v[j] = t;
 	}
+}
+
+/*
+ * ioq_create for a test that runs each backend: false (said on stdout)
+ * when io_uring is not available here, which skips that backend only.
+ */
+static inline bool unit_ioq_create(struct ioq **q, enum ioq_backend be)
+{
+	int r = ioq_create(q, be, 0);
+
+	if (be == IOQ_IO_URING &&
+	    (r == -ENOSYS || r == -EPERM || r == -EOPNOTSUPP)) {
+		printf("%s: not available here (%s), skipped\n",
+		       ioq_backend_name(be), strerror(-r));
+		return false;
+	}
+	CHECK_EQ(r, 0);
+	return true;
 }
 
 #endif /* BIONBD_TESTS_UNIT_H */
