@@ -76,8 +76,8 @@
  * connection; a block status costs what its hole lookups may (up to
  * BIO_EXTENTS_MAX extents, ~0.6 ms on tmpfs), so a client pipelining them
  * over a fragmented file gets four a turn and the others go between.  A
- * cache hint the same: the kernel reads uncached pages of its head (up to
- * 8 MiB a member) in the submitting thread.
+ * cache hint the same: each may set the disks reading up to 8 MiB a
+ * member (off the worker, IOQ_MAX_HINTS at a time: file.c).
  */
 #define SRV_TURN_COST 256u
 #define SRV_COST_BLOCK_STATUS 64u
