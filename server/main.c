@@ -103,6 +103,8 @@ static bool die_closes_images;
  * created, and removed whole).
  */
 static bool die_unmakes;
+/* ... and the trace file, when this start made it. */
+static const char *die_unmakes_trace;
 
 static void die(const char *fmt, ...)
 {
@@ -113,8 +115,11 @@ static void die(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
-	if (die_unmakes)
+	if (die_unmakes) {
 		nbdl_exports_unmake(srv.exports, srv.nr_exports);
+		if (die_unmakes_trace)
+			unlink(die_unmakes_trace);
+	}
 	if (die_closes_images)
 		rbd_close_all();
 	exit(1);
@@ -1225,9 +1230,14 @@ int main(int argc, char **argv)
 	 */
 	if (o.stats_file && (r = nbdl_stats_probe(o.stats_file)))
 		die("--stats %s: %s", o.stats_file, strerror(-r));
-	if (o.trace_file &&
-	    trace_open(o.trace_file, o.trace_buffer, err, sizeof(err)))
-		die("trace: %s", err);
+	if (o.trace_file) {
+		bool made = access(o.trace_file, F_OK) != 0;
+
+		if (trace_open(o.trace_file, o.trace_buffer, err, sizeof(err)))
+			die("trace: %s", err);
+		if (made)
+			die_unmakes_trace = o.trace_file;
+	}
 	if (!activated && o.socket && listen_unix(o.socket, err, sizeof(err)))
 		die("%s", err);
 	if (!activated && (!o.socket || o.listen || o.port) &&

@@ -160,6 +160,10 @@ fails_late 'Address already in use' port --level raid1 --size 64M \
 # bionbd tries the statistics file after the open (the plugin before).
 fails_late 'stats.*No such file or directory' opts \
     --stats "$tmp/no/such/dir/stats.json" --size 64M "$l/old" "$l/new0"
+# bionbd makes its trace file after the open: a failed start removes it.
+if [[ $SERVER == bionbd ]]; then
+    fails_late "$no_sock" sock --trace "$l/start.trace" --size 64M "$l/new0"
+fi
 # The first export opens (creating and growing members), the second's
 # member is locked by another writer.
 printf '[export one]\nfile = %s\nfile = %s\nsize = 8M\n[export two]\nfile = %s\n' \
