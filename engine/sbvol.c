@@ -121,13 +121,13 @@ static void edit_clean(struct superblock *sb, void *arg)
 }
 
 /*
- * Set or clear the clean flag on every member in service.  A mirror's
- * clean stop also moves the event counter on, so that a member which
- * missed the run (put back from an old copy of its file, or not reached
- * by this very write) is behind the others at the next start: stale,
- * rebuilt, never read.  The dirty mark at the start leaves the counter
- * alone: a crash between two members' writes of it must not make one
- * stale, and nothing was written to the data yet.
+ * Set or clear the clean flag on every member in service.  For a mirror
+ * each mark (the start's dirty one, the clean stop) also moves the event
+ * counter on, so that a member which missed a run (put back from an old
+ * copy of its file) is two or more behind the others at the next start:
+ * stale, rebuilt, never read.  A crash between two members' writes of one
+ * mark leaves some one behind with the same roles: sb_assemble keeps
+ * those, and resyncs.
  */
 static int sb_mark(struct sbvol *sv, bool clean)
 {
@@ -135,7 +135,7 @@ static int sb_mark(struct sbvol *sv, bool clean)
 	int err;
 
 	pthread_mutex_lock(&sv->md_lock);
-	if (clean && sv->mirror)
+	if (sv->mirror)
 		ce.events = ++sv->events;
 	sb_rewrite(sv, edit_clean, &ce, &err);
 	pthread_mutex_unlock(&sv->md_lock);

@@ -544,6 +544,28 @@ static bool sb_replaced(const struct superblock *sb,
 		      16);
 }
 
+/*
+ * Does @sb lag @ref by one clean/dirty mark only?  A mirror's start and
+ * its clean stop each write the flag with the event counter one up, member
+ * by member: a crash between two members' writes leaves some one behind,
+ * with the same roles.  Their data is no older (nothing is written to the
+ * data during a mark), so they stay in service and the volume is resynced
+ * as unclean.  Two behind, or other roles, is stale (md tolerates the same
+ * one event).
+ */
+static bool sb_one_mark_behind(const struct superblock *sb,
+			       const struct superblock *ref)
+{
+	if (sb->events + 1 != ref->events || sb->nr_roles != ref->nr_roles)
+		return false;
+	for (unsigned int r = 0; r < ref->nr_roles; r++)
+		if (sb->roles[r].state != ref->roles[r].state ||
+		    sb->roles[r].checkpoint != ref->roles[r].checkpoint ||
+		    memcmp(sb->roles[r].uuid, ref->roles[r].uuid, 16))
+			return false;
+	return true;
+}
+
 /* @out->member_bytes from the geometry of @out->sb; -EFBIG if too big. */
 static int sb_layout_bytes(struct sb_volume *out, bool redundant)
 {
@@ -820,17 +842,23 @@ int sb_assemble(const char *const *paths, unsigned int n,
 			r = -EINVAL;
 			goto out;
 		}
-		if (active && (i == none || sbs[i].events < out->sb.events))
+		bool behind = i != none &&
+			      sbs[i].events < out->sb.events &&
+			      !sb_one_mark_behind(&sbs[i], &out->sb);
+
+		if (active && (i == none || behind))
 			out->degraded |= 1ull << role;
 		out->state[role] = active && !(out->degraded >> role & 1) ?
 					   SB_ROLE_ACTIVE :
 					   SB_ROLE_FAULTY;
 		/* A rebuild goes on where it was, with its member. */
 		if (out->sb.roles[role].state == SB_ROLE_REBUILDING &&
-		    i != none && sbs[i].events == out->sb.events)
+		    i != none && !behind)
 			out->state[role] = SB_ROLE_REBUILDING;
-		if (out->state[role] == SB_ROLE_ACTIVE &&
-		    !(sbs[i].flags & SB_FLAG_CLEAN))
+		/* One mark behind: a mark cut short, so not clean. */
+		if (out->state[role] != SB_ROLE_FAULTY &&
+		    (!(sbs[i].flags & SB_FLAG_CLEAN) ||
+		     sbs[i].events != out->sb.events))
 			out->clean = false;
 	}
 	if (n > out->nr + nr_absent) {

@@ -1262,9 +1262,11 @@ static bool sb_peek(const char *path, struct superblock *sb)
  * configuration that started that server still names it a spare, and must
  * start the volume again: a service restarted after a takeover would stay
  * down otherwise.  Such a spare holds a superblock of the volume, the
- * newest role table among the local members given names it, not faulty,
- * in its role, and no member given is that member (the same file given
- * twice: check_spare says so).  *@local gets @cfg with those spares moved
+ * newest role table among the local members given names it in its role
+ * (faulty too: it failed since, and the volume starts without it, as
+ * with any member recorded faulty), and no member given is that member
+ * (the same file given twice: check_spare says so).  *@local gets @cfg
+ * with those spares moved
  * to the end of the members (the member they replaced, if given, is left
  * out by the assembly: sb_volume.retired); *@names holds its arrays, for
  * the caller to free.  Nothing moves where nothing matches: check_spare
@@ -1312,7 +1314,6 @@ static int spares_promote(const struct volume_config *cfg,
 		in_role[i] = sb_peek(cfg->spares[i], &sb) &&
 			     !memcmp(sb.volume_uuid, newest.volume_uuid, 16) &&
 			     sb.role < newest.nr_roles &&
-			     newest.roles[sb.role].state != SB_ROLE_FAULTY &&
 			     !memcmp(newest.roles[sb.role].uuid,
 				     sb.member_uuid, 16);
 		for (unsigned int j = 0; in_role[i] && j < cfg->nr_members;
