@@ -545,25 +545,29 @@ static bool sb_replaced(const struct superblock *sb,
 }
 
 /*
- * Does @sb lag @ref by one clean/dirty mark only?  A mirror's start and
- * its clean stop each write the flag with the event counter one up, member
- * by member: a crash between two members' writes leaves some one behind,
- * with the same roles.  Their data is no older (nothing is written to the
- * data during a mark), so they stay in service and the volume is resynced
- * as unclean.  Two behind, or other roles, is stale (md tolerates the same
- * one event).
+ * Does @sb lag @ref by one superblock write that only a crash cut short?
+ * Every change goes to the members in service one by one with the event
+ * counter one up: a start's dirty mark, a clean stop, another member
+ * marked faulty or taken over.  A crash between two members' writes
+ * leaves some one behind.  Their data is no older: nothing is written to
+ * the data during a mark, and a member in service took every write before
+ * the change was recorded.  So a member one behind whose own role @ref
+ * still gives it, unchanged, stays in service, and the volume is resynced
+ * as unclean.  Its own role changed (it was marked faulty), or two behind
+ * (an old copy: every run is two marks), is stale.  md tolerates the same
+ * one event.
  */
 static bool sb_one_mark_behind(const struct superblock *sb,
 			       const struct superblock *ref)
 {
-	if (sb->events + 1 != ref->events || sb->nr_roles != ref->nr_roles)
-		return false;
-	for (unsigned int r = 0; r < ref->nr_roles; r++)
-		if (sb->roles[r].state != ref->roles[r].state ||
-		    sb->roles[r].checkpoint != ref->roles[r].checkpoint ||
-		    memcmp(sb->roles[r].uuid, ref->roles[r].uuid, 16))
-			return false;
-	return true;
+	const struct sb_role *mine = &sb->roles[sb->role];
+	const struct sb_role *theirs = &ref->roles[sb->role];
+
+	return sb->events + 1 == ref->events &&
+	       sb->nr_roles == ref->nr_roles && sb->role < ref->nr_roles &&
+	       mine->state == theirs->state &&
+	       mine->checkpoint == theirs->checkpoint &&
+	       !memcmp(mine->uuid, theirs->uuid, 16);
 }
 
 /* @out->member_bytes from the geometry of @out->sb; -EFBIG if too big. */

@@ -542,8 +542,9 @@ rm -f tk0 tk1 tk2
 # A crash while a start or a clean stop writes its mark, member by member,
 # leaves some one event behind, with the same roles: kept in service (the
 # volume resynced as unclean), never stale; a raid10 that lost two of a
-# pair that way would not start at all.  Two behind (an old copy) is
-# stale.  mark FILE EVENTS CLEAN: rewrite what such a crash leaves.
+# pair that way would not start at all.  The same for a member's faulty
+# mark cut short.  Two behind (an old copy) is stale.
+# mark FILE EVENTS CLEAN: rewrite what such a crash leaves.
 mark() {
     nbdpy - "$@" <<'PY' || die "mark $*"
 import struct, sys
@@ -593,6 +594,32 @@ fi
 stop_server
 "$BIOCTL" info cm0 cm1 cm2 cm3 >info.txt || die "bioctl info: exit $?"
 expect_grep "complete and consistent" info.txt
+# cm3 marked faulty, the record written to cm0 only (a crash in between):
+# cm1 and cm2, one behind with their own roles unchanged, stay in service;
+# with them stale the pair {2, 3} would have no copy and no start.
+e=$(events_of cm0)
+nbdpy - cm0 $((e + 1)) <<'PY' || die "recording cm3 faulty on cm0"
+import struct, sys
+from sb_format import reseal
+with open(sys.argv[1], "r+b") as f:
+    sb = bytearray(f.read(4096))
+    struct.pack_into("<Q", sb, 136, int(sys.argv[2]))
+    struct.pack_into("<I", sb, 256 + 3 * 32 + 16, 1)  # role 3: faulty
+    reseal(sb)
+    f.seek(0)
+    f.write(sb)
+PY
+start_server cm0 cm1 cm2 cm3
+if [[ $SERVER == bionbd ]]; then
+    expect_grep "raid10, 2 copies, 4 members, .*: cm0, cm1, cm2, cm3 \(faulty\)$" "$SERVER_LOG"
+fi
+NBD_URI=$NBD_URI nbdpy -c 'from nbd_e2e import connect
+h = connect()
+for _ in range(8):
+    assert h.pread(65536, 0) == b"4" * 65536' || die "after a faulty mark cut short"
+stop_server
+"$BIOCTL" info cm0 cm1 cm2 cm3 >info.txt 2>&1 || :
+expect_grep "degraded \(3 of 4 members active\)" info.txt
 # Two behind: stale, out of service until rebuilt.
 e=$(events_of cm0)
 mark cm1 $((e - 2)) 1
