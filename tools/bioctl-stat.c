@@ -493,7 +493,7 @@ static void print_report(const struct report *cur, const struct report *prev)
 		snprintf(name, sizeof(name), "%s%s", r->member ? "  " : "",
 			 r->name[0] || r->member ? r->name : "''");
 		printf("%-24.24s %9.0f %9.1f %9.0f %9.1f %7.0f %7.0f %7.0f "
-		       "%7.0f %6" PRIu64 " %8.3f %8.3f %s\n",
+		       "%7.0f %6" PRIu64 " %8.3f %8.3f%s%s\n",
 		       name, d[REQ_OP_READ].requests / div,
 		       d[REQ_OP_READ].bytes / 1048576.0 / div,
 		       d[REQ_OP_WRITE].requests / div,
@@ -504,7 +504,7 @@ static void print_report(const struct report *cur, const struct report *prev)
 		       r->inflight,
 		       io_stats_percentile(&d[REQ_OP_READ], 0.99) / 1e6,
 		       io_stats_percentile(&d[REQ_OP_WRITE], 0.99) / 1e6,
-		       r->state);
+		       r->state[0] ? " " : "", r->state);
 	}
 	printf("%zu connection%s open\n", cur->conns, cur->conns == 1 ? "" : "s");
 	fflush(stdout);

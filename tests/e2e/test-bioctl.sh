@@ -183,6 +183,8 @@ stat_refused() {
 }
 "$BIOCTL" stat -n 1 "$SERVER_PIDFILE" >out 2>err || die "stat PIDFILE: exit $? $(cat err)"
 expect_grep "^  h0 " out
+# A striped volume's members have no state: the row ends at the p99s.
+! grep -n ' $' out || die "stat PIDFILE: a line ends with a space"
 stat_refused "h0: not a control socket \(nor is h0\.ctl: No such file or directory\)$" h0
 stat_refused "${NBD_SOCK//./\\.}: an NBD server's socket, not a control socket" "$NBD_SOCK"
 # A socket that takes the connection and says nothing until bioctl gives
