@@ -412,6 +412,13 @@ nbdpy() {
         TEST_NAME=$test_name "$NBDPY" "$@"
 }
 
+# sb_edit FILE FIELD=VALUE...: rewrite FILE's superblock with those fields
+# set (version, flags, events, clean, roleK.state; "+N"/"-N" relative) and
+# its checksum made right again: what a crash or an old copy leaves.
+sb_edit() {
+    nbdpy "$SRC_DIR/tests/e2e/sb_format.py" "$@" || die "sb_edit $*"
+}
+
 # shellcheck disable=SC2120 # EXPORT is optional
 nbd_uri() {
     echo "nbd+unix:///${1:-}?socket=$NBD_SOCK"

@@ -256,16 +256,7 @@ cp b.bak b
 # A run that b missed (a start and a clean stop, each one event up) on a
 # only; one behind with the same roles would be a mark cut short, not
 # stale (test-volume-mirror.sh).
-PYTHONPATH=$SRC_DIR/tests/e2e "$PY" - <<'PY' || die "could not bump a's event counter"
-import struct
-from sb_format import reseal
-with open("a", "r+b") as f:
-    sb = bytearray(f.read(4096))
-    struct.pack_into("<Q", sb, 136, struct.unpack_from("<Q", sb, 136)[0] + 2)
-    reseal(sb)
-    f.seek(0)
-    f.write(sb)
-PY
+sb_edit a events=+2
 "$BIOCTL" info a b >info.txt 2>&1 || die "info with a stale member: exit $? $(cat info.txt)"
 expect_grep "^volume 'm1': degraded \(1 of 2 members active\)" info.txt
 expect_grep "^role 1: b, stale$" info.txt

@@ -434,6 +434,14 @@ h = connect()
 h.pwrite(os.environ["BYTE"].encode() * 65536, 0)
 h.flush()' || die "write $1"
 }
+read_at0() { # BYTE WHAT: eight reads, so that every copy serves some
+    NBD_URI=$NBD_URI BYTE=$1 nbdpy -c 'import os
+from nbd_e2e import connect
+h = connect()
+for _ in range(8):
+    assert h.pread(65536, 0) == os.environ["BYTE"].encode() * 65536' ||
+        die "$2: not the data ($1)"
+}
 for side in 1 0; do
     other=$((1 - side))
     mv "sb$other" away
@@ -448,10 +456,7 @@ expect_grep "members (.*/)?sb0 and (.*/)?sb1 each record the other as faulty" "$
 expect_grep "members sb0 and sb1 each record the other as faulty" info.txt
 expect_ok "$BIOCTL" rebuild sb1 --replace sb0 sb0 >/dev/null
 start_server sb0 sb1
-NBD_URI=$NBD_URI nbdpy -c 'from nbd_e2e import connect
-h = connect()
-for _ in range(4):  # both copies
-    assert h.pread(65536, 0) == b"1" * 65536' || die "after the rebuild: not the kept data"
+read_at0 1 "after the rebuild"
 stop_server
 
 # A member put back from an old copy of its file (a backup, a snapshot of
@@ -471,10 +476,7 @@ cp --sparse=always oc1.old oc1
 "$BIOCTL" info oc0 oc1 >info.txt 2>&1 || :
 expect_grep "role 1: oc1, (stale|faulty)" info.txt
 start_server oc0 oc1
-NBD_URI=$NBD_URI nbdpy -c 'from nbd_e2e import connect
-h = connect()
-for _ in range(8):  # reads go round the copies
-    assert h.pread(65536, 0) == b"2" * 65536' || die "an old copy of a member was read"
+read_at0 2 "an old copy of a member was read"
 stop_server
 "$BIOCTL" info oc0 oc1 >info.txt 2>&1 || :
 expect_grep "role 1: oc1, (stale|faulty)" info.txt
@@ -508,10 +510,7 @@ start_server --spare tk2 tk0 tk1
 if [[ $SERVER == bionbd ]]; then
     expect_grep "member (.*/)?tk1 was replaced in its role and is no longer part of it" "$SERVER_LOG"
 fi
-NBD_URI=$NBD_URI nbdpy -c 'from nbd_e2e import connect
-h = connect()
-for _ in range(8):  # both copies: tk0 and the spare
-    assert h.pread(65536, 0) == b"7" * 65536' || die "after the takeover: not the data"
+read_at0 7 "after the takeover"
 stop_server
 # The spare fails in its turn (role 1 is the spare's now): the same command
 # line still starts, degraded on tk0, as with any member recorded faulty.
@@ -519,9 +518,7 @@ start_server --spare tk2 --fault "member=1 op=write count=1" tk0 tk1
 write_at0 8
 stop_server
 start_server --spare tk2 tk0 tk1
-NBD_URI=$NBD_URI nbdpy -c 'from nbd_e2e import connect
-h = connect()
-assert h.pread(65536, 0) == b"8" * 65536' || die "after the spare failed: not the data"
+read_at0 8 "after the spare failed"
 stop_server
 "$BIOCTL" info tk0 tk2 >info.txt 2>&1 || :
 expect_grep "role 1: tk2, faulty" info.txt
@@ -544,22 +541,6 @@ rm -f tk0 tk1 tk2
 # volume resynced as unclean), never stale; a raid10 that lost two of a
 # pair that way would not start at all.  The same for a member's faulty
 # mark cut short.  Two behind (an old copy) is stale.
-# mark FILE EVENTS CLEAN: rewrite what such a crash leaves.
-mark() {
-    nbdpy - "$@" <<'PY' || die "mark $*"
-import struct, sys
-from sb_format import reseal
-path, events, clean = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-with open(path, "r+b") as f:
-    sb = bytearray(f.read(4096))
-    struct.pack_into("<Q", sb, 136, events)
-    flags = struct.unpack_from("<I", sb, 108)[0]
-    struct.pack_into("<I", sb, 108, flags | 1 if clean else flags & ~1)
-    reseal(sb)
-    f.seek(0)
-    f.write(sb)
-PY
-}
 events_of() { # FILE (alone, not a whole volume: bioctl info exits 1)
     { "$BIOCTL" info "$1" || :; } | sed -En 's/.*, events ([0-9]+), .*/\1/p'
 }
@@ -571,22 +552,19 @@ stop_server
 e=$(events_of cm0)
 [[ $e =~ ^[0-9]+$ ]] || die "no event counter for cm0"
 # The clean stop reached cm0 only: cm1-cm3 kept the start's dirty mark.
-for m in cm1 cm2 cm3; do mark "$m" $((e - 1)) 0; done
+for m in cm1 cm2 cm3; do sb_edit "$m" events=$((e - 1)) clean=0; done
 start_server cm0 cm1 cm2 cm3
 if [[ $SERVER == bionbd ]]; then
     expect_no_grep "starting degraded" "$SERVER_LOG"
     expect_grep "resync after an unclean shutdown" "$SERVER_LOG"
 fi
-NBD_URI=$NBD_URI nbdpy -c 'from nbd_e2e import connect
-h = connect()
-for _ in range(8):
-    assert h.pread(65536, 0) == b"4" * 65536' || die "after a clean stop cut short"
+read_at0 4 "after a clean stop cut short"
 stop_server
 "$BIOCTL" info cm0 cm1 cm2 cm3 >info.txt || die "bioctl info: exit $?"
 expect_grep "complete and consistent" info.txt
 # The start's dirty mark reached cm0 only: the others are clean, one behind.
 e=$(events_of cm0)
-mark cm0 $((e + 1)) 0
+sb_edit cm0 events=$((e + 1)) clean=0
 start_server cm0 cm1 cm2 cm3
 if [[ $SERVER == bionbd ]]; then
     expect_no_grep "starting degraded" "$SERVER_LOG"
@@ -598,31 +576,18 @@ expect_grep "complete and consistent" info.txt
 # cm1 and cm2, one behind with their own roles unchanged, stay in service;
 # with them stale the pair {2, 3} would have no copy and no start.
 e=$(events_of cm0)
-nbdpy - cm0 $((e + 1)) <<'PY' || die "recording cm3 faulty on cm0"
-import struct, sys
-from sb_format import reseal
-with open(sys.argv[1], "r+b") as f:
-    sb = bytearray(f.read(4096))
-    struct.pack_into("<Q", sb, 136, int(sys.argv[2]))
-    struct.pack_into("<I", sb, 256 + 3 * 32 + 16, 1)  # role 3: faulty
-    reseal(sb)
-    f.seek(0)
-    f.write(sb)
-PY
+sb_edit cm0 events=$((e + 1)) role3.state=1
 start_server cm0 cm1 cm2 cm3
 if [[ $SERVER == bionbd ]]; then
     expect_grep "raid10, 2 copies, 4 members, .*: cm0, cm1, cm2, cm3 \(faulty\)$" "$SERVER_LOG"
 fi
-NBD_URI=$NBD_URI nbdpy -c 'from nbd_e2e import connect
-h = connect()
-for _ in range(8):
-    assert h.pread(65536, 0) == b"4" * 65536' || die "after a faulty mark cut short"
+read_at0 4 "after a faulty mark cut short"
 stop_server
 "$BIOCTL" info cm0 cm1 cm2 cm3 >info.txt 2>&1 || :
 expect_grep "degraded \(3 of 4 members active\)" info.txt
 # Two behind: stale, out of service until rebuilt.
 e=$(events_of cm0)
-mark cm1 $((e - 2)) 1
+sb_edit cm1 events=$((e - 2)) clean=1
 "$BIOCTL" info cm0 cm1 cm2 cm3 >info.txt 2>&1 || :
 expect_grep "role 1: cm1, (stale|faulty)" info.txt
 rm -f cm0 cm1 cm2 cm3

@@ -29,23 +29,6 @@ requires nbdinfo
 make_tmpdir
 cd "$tmp"
 
-# sbedit FILE FIELD VALUE: set a little-endian field of FILE's superblock
-# and give it a correct checksum again (the format is docs/format.md).
-sbedit() {
-    nbdpy - "$@" <<'PY' || die "sbedit $*"
-import struct, sys
-from sb_format import reseal
-path, field, value = sys.argv[1], sys.argv[2], int(sys.argv[3])
-off, fmt = {"version": (8, "<I"), "events": (136, "<Q")}[field]
-with open(path, "r+b") as f:
-    sb = bytearray(f.read(4096))
-    struct.pack_into(fmt, sb, off, value)
-    reseal(sb)
-    f.seek(0)
-    f.write(sb)
-PY
-}
-
 # clean MEMBER: "true" or "false", from bioctl info --json.
 clean() {
     "$BIOCTL" info --json "$@" | /usr/bin/python3 -c '
@@ -137,7 +120,7 @@ cp a a2
 server_refuses_once a a2 b c
 expect_grep "members (.*/)?a and (.*/)?a2 both claim role 0" "$SERVER_ERR"
 cp d d.bak
-for x in a b c; do cp "$x" "$x.bak"; sbedit "$x" events 5; done
+for x in a b c; do cp "$x" "$x.bak"; sb_edit "$x" events=5; done
 server_refuses_once a b c d
 expect_grep "member (.*/)?d: stale \(event 1, member .* has 5\)" "$SERVER_ERR"
 for x in a b c; do cp "$x.bak" "$x"; done
@@ -157,7 +140,7 @@ cp d.bak d
 truncate -s 16M plain
 server_refuses_once a b c plain
 expect_grep "member (.*/)?plain: no superblock, while (.*/)?a has one" "$SERVER_ERR"
-sbedit b version 2
+sb_edit b version=2
 server_refuses_once a b c d
 expect_grep "member (.*/)?b: superblock format version 2 \(this bionbd reads 1\)" "$SERVER_ERR"
 cp b.bak b
