@@ -245,7 +245,7 @@ if [[ $SERVER == bionbd ]]; then
 
     if [[ $(stat -f -c %T /dev/shm 2>/dev/null) == tmpfs ]]; then
         shm=$(mktemp -d /dev/shm/bionbd-trace.XXXXXX)
-        trap 'rm -rf "$shm"' EXIT
+        on_exit "rm -rf '$shm'"
         for m in "${members[@]}"; do truncate -s 4M "$shm/$m"; done
         start_server --stripe-size 64K --sendfile-min 64K --trace "$tmp/sf.bin" \
             "${members[@]/#/$shm/}"
