@@ -5,6 +5,7 @@
  * answer is, and which NBD error a failure is.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <bionbd/nbdl.h>
@@ -352,19 +353,31 @@ static void span_of(uint64_t off, uint64_t count, struct span *s)
 }
 
 /*
+ * An unaligned request between nbdl_split_start and nbdl_split_end: what
+ * the end needs, and the partial end sectors a read bounces through.
+ */
+struct nbdl_split {
+	uint16_t type;
+	uint64_t offset;
+	uint32_t len; /* block status: what the span could cover */
+	bool req_one;
+	struct span s;
+	char hb[SECTOR_SIZE], tb[SECTOR_SIZE];
+};
+
+/*
  * A data bio over the span: the partial sectors come from @hb/@tb, the
  * whole ones straight from the caller's buffer.
  */
-static int span_bio(struct nbdl_export *e, unsigned int opf,
-		    const struct span *s, char *buf, uint64_t off, char *hb,
-		    char *tb)
+static struct bio *span_bio(unsigned int opf, const struct span *s, char *buf,
+			    uint64_t off, char *hb, char *tb)
 {
 	struct bio *bio;
 	int r = 0;
 
 	bio = bio_alloc(3, opf);
 	if (!bio)
-		return -ENOMEM;
+		return NULL;
 	bio->bi_iter.bi_sector = s->start >> SECTOR_SHIFT;
 	if (s->head || s->one)
 		r = bio_add_buf(bio, hb, SECTOR_SIZE);
@@ -373,36 +386,29 @@ static int span_bio(struct nbdl_export *e, unsigned int opf,
 				(unsigned int)(s->mid_end - s->mid_start));
 	if (!r && s->tail && !s->one)
 		r = bio_add_buf(bio, tb, SECTOR_SIZE);
-	bio->bi_trace = cur_trace;
-	if (!r)
-		r = submit_bio_wait(e->vol, bio);
-	bio_put(bio);
-	return r;
+	if (r) {
+		bio_put(bio);
+		return NULL;
+	}
+	return bio;
 }
 
-static int read_unaligned(struct nbdl_export *e, char *buf, uint32_t count,
-			  uint64_t off)
+/* A bio over [start, start + len) of the volume, with @buf's bytes or none. */
+static struct bio *range_bio(unsigned int opf, void *buf, uint64_t start,
+			     uint64_t len)
 {
-	char hb[SECTOR_SIZE], tb[SECTOR_SIZE];
-	uint64_t end = off + count, tail_start;
-	struct span s;
-	int r;
+	struct bio *bio = bio_alloc(buf ? 1 : 0, opf);
 
-	span_of(off, count, &s);
-	r = span_bio(e, REQ_OP_READ, &s, buf, off, hb, tb);
-	if (r)
-		return r;
-	if (s.one) {
-		memcpy(buf, hb + (off - s.start), count);
-		return 0;
+	if (!bio)
+		return NULL;
+	bio->bi_iter.bi_sector = start >> SECTOR_SHIFT;
+	if (!buf) {
+		bio->bi_iter.bi_size = (uint32_t)len;
+	} else if (bio_add_buf(bio, buf, (unsigned int)len)) {
+		bio_put(bio);
+		return NULL;
 	}
-	if (s.head)
-		memcpy(buf, hb + (off - s.start), s.mid_start - off);
-	if (s.tail) {
-		tail_start = s.end - SECTOR_SIZE;
-		memcpy(buf + (tail_start - off), tb, end - tail_start);
-	}
-	return 0;
+	return bio;
 }
 
 /* Caller holds rmw_lock.  Read the partial end sectors into hb/tb. */
@@ -443,66 +449,177 @@ static void patch_edges(const struct span *s, const char *src, uint64_t off,
 
 /*
  * Two unaligned writes into one sector must not lose each other's bytes,
- * so read-modify-write holds the export's lock.  An aligned write covering
- * that sector overlaps the unaligned one byte-wise, and NBD leaves the
- * order of overlapping requests in flight unspecified anyway: aligned
- * writes never take the lock.
+ * so the read-modify-write of the partial end sectors holds the export's
+ * lock, and is all that is done at once: a sector or two however long the
+ * request.  The whole sectors between go as a bio of their own, outside
+ * the lock, as an aligned write would: it overlaps byte-wise any unaligned
+ * write into those sectors, and NBD leaves the order of overlapping
+ * requests in flight unspecified anyway.  @src NULL: zeroes.
  */
-static int write_unaligned(struct nbdl_export *e, const char *buf,
-			   uint32_t count, uint64_t off, unsigned int fua)
+static int rmw_edges(struct nbdl_export *e, struct nbdl_split *sp,
+		     const char *src, unsigned int fua)
 {
-	char hb[SECTOR_SIZE], tb[SECTOR_SIZE];
-	struct span s;
+	const struct span *s = &sp->s;
 	int r;
 
-	span_of(off, count, &s);
+	if (!s->head && !s->tail)
+		return 0;
 	pthread_mutex_lock(&e->rmw_lock);
-	r = read_edges(e, &s, hb, tb);
+	r = read_edges(e, s, sp->hb, sp->tb);
 	if (!r) {
-		patch_edges(&s, buf, off, count, hb, tb);
-		/* A write bio only reads the buffer; the cast is the bio API's. */
-		r = span_bio(e, REQ_OP_WRITE | fua, &s, (char *)buf, off, hb,
-			     tb);
+		patch_edges(s, src, sp->offset, sp->len, sp->hb, sp->tb);
+		if (s->head || s->one)
+			r = do_direct(e, REQ_OP_WRITE | fua, sp->hb, s->start,
+				      SECTOR_SIZE, NULL);
+		if (!r && s->tail && !s->one)
+			r = do_direct(e, REQ_OP_WRITE | fua, sp->tb,
+				      s->end - SECTOR_SIZE, SECTOR_SIZE, NULL);
 	}
 	pthread_mutex_unlock(&e->rmw_lock);
 	return r;
 }
 
 /*
- * Zero the whole sectors inside first: with FAST_ZERO that is the part that
- * may refuse, and it must refuse before anything has changed.  The partial
- * sectors at the edges are written (read-modify-write), which a fast zero
- * accepts only next to a fast middle.
+ * A fast zero must refuse before anything has changed, and only its whole
+ * sectors can refuse: they go first, and the edges after them, all here.
+ * (A fast zero is quick by definition, or refused.)
  */
-static int zero_unaligned(struct nbdl_export *e, uint32_t count, uint64_t off,
-			  unsigned int opf)
+static int zero_fast_unaligned(struct nbdl_export *e, struct nbdl_split *sp,
+			       unsigned int opf)
 {
-	char hb[SECTOR_SIZE], tb[SECTOR_SIZE];
-	unsigned int wr = REQ_OP_WRITE | (opf & REQ_FUA);
-	struct span s;
+	const struct span *s = &sp->s;
 	int r = 0;
 
-	span_of(off, count, &s);
 	/* Only edges: nothing faster than a write is possible. */
-	if ((opf & REQ_NOFALLBACK) && s.mid_end == s.mid_start)
+	if (s->mid_end == s->mid_start)
 		return -EOPNOTSUPP;
-	pthread_mutex_lock(&e->rmw_lock);
-	if (s.mid_end > s.mid_start)
-		r = do_direct(e, opf, NULL, s.mid_start,
-			      s.mid_end - s.mid_start, NULL);
+	r = do_direct(e, opf, NULL, s->mid_start, s->mid_end - s->mid_start,
+		      NULL);
 	if (!r)
-		r = read_edges(e, &s, hb, tb);
-	if (!r) {
-		/* Only the edge sectors: the middle is done. */
-		patch_edges(&s, NULL, off, count, hb, tb);
-		if (s.head || s.one)
-			r = do_direct(e, wr, hb, s.start, SECTOR_SIZE, NULL);
-		if (!r && s.tail && !s.one)
-			r = do_direct(e, wr, tb, s.end - SECTOR_SIZE,
-				      SECTOR_SIZE, NULL);
-	}
-	pthread_mutex_unlock(&e->rmw_lock);
+		r = rmw_edges(e, sp, NULL, opf & REQ_FUA);
 	return r;
+}
+
+int nbdl_split_start(struct nbdl_export *e, uint16_t type, uint16_t flags,
+		     void *buf, uint64_t offset, uint32_t len,
+		     struct bio_extents *ext, uint64_t trace,
+		     struct nbdl_split **out, struct bio **biop)
+{
+	unsigned int opf = nbdl_opf(type, flags);
+	struct nbdl_split *sp;
+	uint64_t saved_trace = cur_trace, n;
+	struct bio *bio = NULL;
+	const struct span *s;
+	int r = 0;
+
+	*out = NULL;
+	*biop = NULL;
+	sp = malloc(sizeof(*sp));
+	if (!sp)
+		return -ENOMEM;
+	sp->type = type;
+	sp->offset = offset;
+	sp->len = len;
+	sp->req_one = flags & NBD_CMD_FLAG_REQ_ONE;
+	span_of(offset, len, &sp->s);
+	s = &sp->s;
+	cur_trace = trace;
+	switch (type) {
+	case NBD_CMD_READ:
+		bio = span_bio(opf, s, buf, offset, sp->hb, sp->tb);
+		if (!bio)
+			r = -ENOMEM;
+		break;
+	case NBD_CMD_WRITE:
+		r = rmw_edges(e, sp, buf, opf & REQ_FUA);
+		break;
+	case NBD_CMD_WRITE_ZEROES:
+		if (opf & REQ_NOFALLBACK) {
+			r = zero_fast_unaligned(e, sp, opf);
+			goto out;
+		}
+		r = rmw_edges(e, sp, NULL, opf & REQ_FUA);
+		break;
+	case NBD_CMD_TRIM:
+		/* Advisory: only the whole sectors inside may go. */
+		break;
+	case NBD_CMD_CACHE:
+		/* A hint: widened to sectors, and it may fall short. */
+		n = s->end - s->start;
+		bio = range_bio(opf, NULL, s->start,
+				n < NBDL_MAX_SPAN ? n : NBDL_MAX_SPAN);
+		if (!bio)
+			r = -ENOMEM;
+		break;
+	case NBD_CMD_BLOCK_STATUS:
+		n = s->end - s->start;
+		/* An answer may cover less than was asked. */
+		if (n > NBDL_MAX_SPAN)
+			n = NBDL_MAX_SPAN;
+		if (s->start + n - offset < len)
+			sp->len = (uint32_t)(s->start + n - offset);
+		ext->max = sp->req_one ? 1 : 0;
+		bio = range_bio(opf, NULL, s->start, n);
+		if (!bio)
+			r = -ENOMEM;
+		else
+			bio->bi_ext = ext;
+		break;
+	default:
+		r = -EINVAL;
+		break;
+	}
+	/* Writes, zeroes and trims: the whole sectors between the edges. */
+	if (!r && !bio && s->mid_end > s->mid_start &&
+	    (type == NBD_CMD_WRITE || type == NBD_CMD_WRITE_ZEROES ||
+	     type == NBD_CMD_TRIM)) {
+		bio = range_bio(opf,
+				type == NBD_CMD_WRITE ?
+					(char *)buf + (s->mid_start - offset) :
+					NULL,
+				s->mid_start, s->mid_end - s->mid_start);
+		if (!bio)
+			r = -ENOMEM;
+	}
+out:
+	cur_trace = saved_trace;
+	if (r) {
+		free(sp);
+		return r;
+	}
+	if (bio)
+		bio->bi_trace = trace;
+	*out = sp;
+	*biop = bio;
+	return 0;
+}
+
+int nbdl_split_end(struct nbdl_split *sp, int err, void *buf,
+		   struct bio_extents *ext, size_t max_extents)
+{
+	const struct span *s = &sp->s;
+	uint64_t end = sp->offset + sp->len, tail_start;
+	char *dst = buf;
+
+	if (!err && sp->type == NBD_CMD_READ) {
+		if (s->one) {
+			memcpy(dst, sp->hb + (sp->offset - s->start), sp->len);
+		} else {
+			if (s->head)
+				memcpy(dst, sp->hb + (sp->offset - s->start),
+				       s->mid_start - sp->offset);
+			if (s->tail) {
+				tail_start = s->end - SECTOR_SIZE;
+				memcpy(dst + (tail_start - sp->offset), sp->tb,
+				       end - tail_start);
+			}
+		}
+	} else if (!err && sp->type == NBD_CMD_BLOCK_STATUS) {
+		err = nbdl_extents_finish(ext, s->start, sp->offset, sp->len,
+					  sp->req_one ? 1 : max_extents);
+	}
+	free(sp);
+	return err;
 }
 
 /* ---- extents ---- */
@@ -548,8 +665,8 @@ static int do_request(struct nbdl_export *e, uint16_t type, uint16_t flags,
 		      struct bio_extents *ext, size_t max_extents)
 {
 	unsigned int opf = nbdl_opf(type, flags);
-	struct span s;
-	uint64_t n;
+	struct nbdl_split *sp;
+	struct bio *bio;
 	int r;
 
 	if (type == NBD_CMD_FLUSH)
@@ -562,45 +679,15 @@ static int do_request(struct nbdl_export *e, uint16_t type, uint16_t flags,
 					 buf :
 					 NULL,
 				 offset, len, NULL);
-	switch (type) {
-	case NBD_CMD_READ:
-		return read_unaligned(e, buf, len, offset);
-	case NBD_CMD_WRITE:
-		return write_unaligned(e, buf, len, offset, opf & REQ_FUA);
-	case NBD_CMD_WRITE_ZEROES:
-		return zero_unaligned(e, len, offset, opf);
-	case NBD_CMD_TRIM:
-		/* Advisory: only the whole sectors inside may go. */
-		span_of(offset, len, &s);
-		if (s.mid_end == s.mid_start)
-			return 0;
-		return do_direct(e, opf, NULL, s.mid_start,
-				 s.mid_end - s.mid_start, NULL);
-	case NBD_CMD_CACHE:
-		/* A hint: widened to sectors, and it may fall short. */
-		span_of(offset, len, &s);
-		n = s.end - s.start;
-		return do_direct(e, opf, NULL, s.start,
-				 n < NBDL_MAX_SPAN ? n : NBDL_MAX_SPAN, NULL);
-	case NBD_CMD_BLOCK_STATUS:
-		span_of(offset, len, &s);
-		n = s.end - s.start;
-		/* An answer may cover less than was asked. */
-		if (n > NBDL_MAX_SPAN)
-			n = NBDL_MAX_SPAN;
-		ext->max = flags & NBD_CMD_FLAG_REQ_ONE ? 1 : 0;
-		r = do_direct(e, opf, NULL, s.start, n, ext);
-		if (s.start + n - offset < len)
-			len = (uint32_t)(s.start + n - offset);
-		if (!r)
-			r = nbdl_extents_finish(ext, s.start, offset, len,
-						(flags & NBD_CMD_FLAG_REQ_ONE) ?
-							1 :
-							max_extents);
+	r = nbdl_split_start(e, type, flags, buf, offset, len, ext, cur_trace,
+			     &sp, &bio);
+	if (r)
 		return r;
-	default:
-		return -EINVAL;
+	if (bio) {
+		r = submit_bio_wait(e->vol, bio);
+		bio_put(bio);
 	}
+	return nbdl_split_end(sp, r, buf, ext, max_extents);
 }
 
 int nbdl_do(struct nbdl_export *e, uint16_t type, uint16_t flags, void *buf,

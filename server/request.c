@@ -3,10 +3,10 @@
  * request.c - one NBD request: parse its header, check it (the NBD layer's
  * rules), and carry it out: a direct request becomes one bio submitted to
  * the export's volume, whose completion queues the reply; an unaligned one
- * is done at once with nbdl_do() (read-modify-write under the export's
- * lock, see nbdl.h), which only misbehaving clients ever ask for.  A large
- * read on a unix socket may need neither: its reply is queued at once and
- * conn.c sends the data from the member files with sendfile.
+ * (which only clients that ignore the advertised block size send) waits
+ * for its edge sectors at most (nbdl_split_start), then goes the same way.
+ * A large read on a unix socket may need neither: its reply is queued at
+ * once and conn.c sends the data from the member files with sendfile.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -35,6 +35,7 @@ static struct nbd_req *req_get(struct conn *c)
 	r->sendfile = false;
 	r->pad = false;
 	r->desc = NULL;
+	r->split = NULL;
 	r->ext = (struct bio_extents){ 0 };
 	r->niov = r->iov_idx = 0;
 	r->tr.seq = 0;
@@ -155,7 +156,11 @@ static void req_endio(struct bio *bio)
 	int err = bio->bi_status;
 
 	bio_put(bio);
-	if (!err && r->type == NBD_CMD_BLOCK_STATUS)
+	if (r->split) {
+		err = nbdl_split_end(r->split, err, r->buf, &r->ext,
+				     SRV_MAX_EXTENTS);
+		r->split = NULL;
+	} else if (!err && r->type == NBD_CMD_BLOCK_STATUS)
 		err = nbdl_extents_finish(&r->ext, r->offset, r->offset,
 					  r->len,
 					  r->flags & NBD_CMD_FLAG_REQ_ONE ?
@@ -183,18 +188,27 @@ void req_run(struct nbd_req *r)
 		return;
 	}
 	if (!nbdl_is_direct(r->type, r->offset, r->len)) {
-		err = nbdl_do(e, r->type, r->flags, r->buf, r->offset, r->len,
-			      &r->ext, SRV_MAX_EXTENTS, r->tr.seq);
-		r->err = nbdl_errno_to_nbd(err, r->type, r->flags);
-		reply_queue(r);
-		return;
-	}
-	bio = nbdl_bio_alloc(r->type, r->flags, r->buf, r->offset, r->len,
-			     &r->ext);
-	if (!bio) {
-		r->err = NBD_ENOMEM;
-		reply_queue(r);
-		return;
+		/* Only its edges wait here: the rest is a bio like any other. */
+		err = nbdl_split_start(e, r->type, r->flags, r->buf, r->offset,
+				       r->len, &r->ext, r->tr.seq, &r->split,
+				       &bio);
+		if (!err && !bio)
+			err = nbdl_split_end(r->split, 0, r->buf, &r->ext,
+					     SRV_MAX_EXTENTS);
+		if (err || !bio) {
+			r->split = NULL;
+			r->err = nbdl_errno_to_nbd(err, r->type, r->flags);
+			reply_queue(r);
+			return;
+		}
+	} else {
+		bio = nbdl_bio_alloc(r->type, r->flags, r->buf, r->offset,
+				     r->len, &r->ext);
+		if (!bio) {
+			r->err = NBD_ENOMEM;
+			reply_queue(r);
+			return;
+		}
 	}
 	/*
 	 * A large copy on the worker would hold up every other connection on

@@ -52,6 +52,7 @@ struct nbd_req {
 	 */
 	bool pad;
 	struct bio_extents ext; /* block status answer */
+	struct nbdl_split *split; /* unaligned: its edges, until its bio ends */
 	uint8_t *desc; /* block status payload (malloc) */
 	/* reply, as sent */
 	unsigned int niov, iov_idx;

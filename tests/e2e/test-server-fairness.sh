@@ -11,6 +11,8 @@
 #    (and its turns are cut: the control socket counts them),
 # client B's 4 KiB read and write each complete within 1 s (a liveness
 # bound, not a speed test), and afterwards A's replies and data are right.
+# The same while A's unaligned read, write or write-zeroes waits on a
+# stalled member.
 # Both backends with the members on disk (page cache), and once on tmpfs,
 # where the worker copies itself (a budget per loop turn).
 source "$(dirname "$0")/functions.sh"
@@ -206,4 +208,81 @@ b.shutdown()
 PY
     stop_bionbd
 done
+
+# An unaligned request waits on the worker for its edge sectors at most
+# (nbdl_split_start): its whole sectors go as a bio like any other, so
+# while they are held on a stalled member, B on the same worker is served.
+log "unaligned requests whose middle is on a stalled member"
+hold=$tmp/hold
+start_bionbd -t 1 --stripe-size 64K --size 32M \
+    --delay "member=1 op=read,write,zero stall file=$hold" \
+    "$tmp/u0" "$tmp/u1" "$tmp/u2" "$tmp/u3"
+NBD_SOCK=$NBD_SOCK NBD_URI=$NBD_URI HOLD=$hold nbdpy - <<'PY' ||
+import os
+import select
+import threading
+import time
+
+import nbd
+import nbd_raw as raw
+from nbd_raw import connect_go, pattern
+from nbd_e2e import check, log
+
+C = 64 << 10
+hold = os.environ["HOLD"]
+b = nbd.NBD()
+b.connect_uri(os.environ["NBD_URI"])
+a = connect_go(os.environ["NBD_SOCK"], structured=False)
+model = bytearray(pattern(5, 4 * C))
+b.pwrite(bytes(model), 0)
+
+
+def held(cookie, what):
+    """A's request stays held while B reads and writes member 3's chunk."""
+    # Where B waits behind A, it would wait for good: let go after 5 s.
+    let_go = threading.Timer(5, lambda: os.path.exists(hold) and os.unlink(hold))
+    let_go.start()
+    t = time.monotonic()
+    b.pread(4096, 3 * C)
+    b.pwrite(b"\x3c" * 4096, 3 * C)
+    model[3 * C:3 * C + 4096] = b"\x3c" * 4096
+    took = time.monotonic() - t
+    let_go.cancel()
+    let_go.join()
+    check(took < 1.0, f"{what}: B waited {took:.2f} s behind it")
+    check(not select.select([a.sock], [], [], 0.2)[0],
+          f"{what}: answered with member 1 stalled (the test holds nothing)")
+    os.unlink(hold)
+    r = a.full_reply(cookie)
+    check(a.error_of(r) == 0, f"{what}: error {a.error_of(r)}")
+    return r, took
+
+
+# From inside chunk 0 to inside chunk 2: edges on members 0 and 2, the
+# whole sectors between on member 1.
+off, n = C - 100, C + 200
+open(hold, "w").close()
+a.request(raw.CMD_READ, 1, off, n)
+r, took = held(1, "unaligned read")
+check(r[0].data == bytes(model[off:off + n]), "unaligned read: its data")
+log(f"ok unaligned read: B waited {took * 1000:.1f} ms")
+
+data = pattern(6, n)
+open(hold, "w").close()
+a.request(raw.CMD_WRITE, 2, off, n, payload=data)
+r, took = held(2, "unaligned write")
+model[off:off + n] = data
+log(f"ok unaligned write: B waited {took * 1000:.1f} ms")
+
+off, n = C - 700, C + 1500
+open(hold, "w").close()
+a.request(raw.CMD_WRITE_ZEROES, 3, off, n)
+r, took = held(3, "unaligned write-zeroes")
+model[off:off + n] = bytes(n)
+log(f"ok unaligned write-zeroes: B waited {took * 1000:.1f} ms")
+check(b.pread(4 * C, 0) == bytes(model), "the volume after them")
+b.shutdown()
+PY
+    die "unaligned requests on a stalled member"
+stop_bionbd
 log "PASS"

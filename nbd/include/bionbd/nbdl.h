@@ -20,7 +20,10 @@
  * them under the export's lock, trims shrink to the whole sectors inside
  * (a trim is advisory), cache and block status widen to whole sectors.
  * Aligned requests, the only kind well-behaved clients send, never take the
- * lock and become one bio.
+ * lock and become one bio.  An unaligned one waits only for its edges (a
+ * sector or two, nbdl_split_start), so that a front end with many clients
+ * per thread sends the rest as one bio like any other and is not held up
+ * for its length.
  *
  * Threads: every function may be called from any thread; the ones that do
  * I/O need a current ioq (ioq_set_current) and wait in it.
@@ -277,6 +280,37 @@ struct bio *nbdl_bio_alloc(uint16_t type, uint16_t flags, void *buf,
 int nbdl_do(struct nbdl_export *e, uint16_t type, uint16_t flags, void *buf,
 	    uint64_t offset, uint32_t len, struct bio_extents *ext,
 	    size_t max_extents, uint64_t trace);
+
+struct nbdl_split;
+
+/**
+ * nbdl_split_start - begin a request nbdl_do would carry out (unaligned,
+ * or a block status) without waiting for its length
+ * @trace: as nbdl_do's
+ * @out: set to the request's state, which nbdl_split_end frees
+ * @bio: set to the one bio of the rest (NULL: nothing left), whose
+ *       bi_private and bi_end_io the caller sets before it submits it to
+ *       the export's volume; @buf and @ext must outlive it
+ *
+ * What is done here, waiting on the current ioq, is bounded by a sector or
+ * two: the read-modify-write of a write's or a write-zeroes' partial end
+ * sectors, under the export's lock.  Only a fast zero is done whole (its
+ * middle must refuse before anything changes, and refuses or is quick).
+ * Returns 0 or -errno (nothing to end).
+ */
+int nbdl_split_start(struct nbdl_export *e, uint16_t type, uint16_t flags,
+		     void *buf, uint64_t offset, uint32_t len,
+		     struct bio_extents *ext, uint64_t trace,
+		     struct nbdl_split **out, struct bio **bio);
+
+/**
+ * nbdl_split_end - finish what nbdl_split_start began, once its bio ended
+ * with @err (0 when it made none): a read's edge bytes go into @buf, a
+ * block status answer is finished as nbdl_do's.  Frees @sp.  Returns 0 or
+ * -errno.
+ */
+int nbdl_split_end(struct nbdl_split *sp, int err, void *buf,
+		   struct bio_extents *ext, size_t max_extents);
 
 /**
  * nbdl_extents_finish - turn what the engine reported into a block status
