@@ -398,6 +398,23 @@ static bool conn_turn_spent(struct conn *c, unsigned int cost)
 	return true;
 }
 
+/* What starting @r costs of its connection's turn (conn_turn_spent). */
+static unsigned int req_cost(const struct nbd_req *r)
+{
+	/* Refused and empty requests are answered at once (req_run). */
+	if (r->err || (!r->len && r->type != NBD_CMD_FLUSH))
+		return 1;
+	if (r->type == NBD_CMD_BLOCK_STATUS)
+		return SRV_COST_BLOCK_STATUS;
+	if (r->type == NBD_CMD_CACHE)
+		return SRV_COST_CACHE;
+	/* Only these wait on the worker, for their edge sectors. */
+	if ((r->type == NBD_CMD_WRITE || r->type == NBD_CMD_WRITE_ZEROES) &&
+	    !nbdl_is_direct(r->type, r->offset, r->len))
+		return SRV_COST_UNALIGNED;
+	return 1;
+}
+
 /* A 28-byte request header arrived.  Returns false to stop parsing. */
 static bool tx_header(struct conn *c, const uint8_t *h)
 {
@@ -419,12 +436,7 @@ static bool tx_header(struct conn *c, const uint8_t *h)
 		c->rx = r;
 		return true;
 	}
-	if (r->type == NBD_CMD_BLOCK_STATUS)
-		cost = SRV_COST_BLOCK_STATUS;
-	else if (r->type == NBD_CMD_CACHE)
-		cost = SRV_COST_CACHE;
-	else
-		cost = 1;
+	cost = req_cost(r);
 	tx_ready(c, r); /* @r may be gone */
 	return !c->paused && !conn_turn_spent(c, cost);
 }
@@ -458,9 +470,11 @@ static void tx_parse(struct conn *c, const uint8_t *p, size_t n)
 			p += take;
 			n -= take;
 			if (r->have == r->len) {
+				unsigned int cost = req_cost(r);
+
 				c->rx = NULL;
 				tx_ready(c, r);
-				if (!c->paused && conn_turn_spent(c, 1))
+				if (!c->paused && conn_turn_spent(c, cost))
 					break;
 			}
 		} else if (!c->hdr_have && n >= NBD_REQUEST_BYTES) {
@@ -513,10 +527,12 @@ static void tx_read(struct conn *c)
 				budget -= (size_t)n;
 				r->have += (uint32_t)n;
 				if (r->have == r->len) {
+					unsigned int cost = req_cost(r);
+
 					c->rx = NULL;
 					tx_ready(c, r);
 					if (!c->paused)
-						(void)conn_turn_spent(c, 1);
+						(void)conn_turn_spent(c, cost);
 				}
 				continue;
 			}

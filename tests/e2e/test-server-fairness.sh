@@ -9,6 +9,10 @@
 #  - streams pipelined 32 MiB reads, reading each reply at once, or
 #  - sends 256 block status requests over 16384 extents, reading none,
 #    (and its turns are cut: the control socket counts them),
+#  - pipelines 512 unaligned 1-byte writes over members that take 5 ms a
+#    read (--delay): each read-modify-writes its edge sector on the worker,
+#    waited for, so A's turn is cut every four of them (at one unit each,
+#    256 a turn held B for 1.3 s),
 # client B's 4 KiB read and write each complete within 1 s (a liveness
 # bound, not a speed test), and afterwards A's replies and data are right.
 # The same while A's unaligned read, write or write-zeroes waits on a
@@ -284,5 +288,88 @@ check(b.pread(4 * C, 0) == bytes(model), "the volume after them")
 b.shutdown()
 PY
     die "unaligned requests on a stalled member"
+stop_bionbd
+
+# ---- unaligned writes over slow members: each read-modify-writes its edge
+# sector on the worker, waited for (nbdl_split_start), so it costs A a
+# quarter of its turn (one backend is enough: the waits are the worker's
+# own queue's either way)
+log "unaligned writes over members delayed 5 ms a read"
+d=$tmp/unaligned
+mkdir -p "$d"
+start_bionbd -t 1 --backend "${BACKENDS%% *}" --size 64M \
+    --delay "op=read ms=5" "$d/m0" "$d/m1"
+NBD_SOCK=$NBD_SOCK NBD_URI=$NBD_URI BIOCTL=$BIOCTL PIDFILE=$SERVER_PIDFILE \
+    nbdpy - <<'PY' || die "unaligned fairness case failed"
+import json
+import os
+import subprocess
+import threading
+import time
+
+import nbd
+import nbd_raw as raw
+from nbd_raw import connect_go, pattern
+from nbd_e2e import check, log
+
+sock = os.environ["NBD_SOCK"]
+MIB = 1 << 20
+N = 512
+b = nbd.NBD()
+b.connect_uri(os.environ["NBD_URI"])
+a = connect_go(sock)
+data = bytearray(pattern(13, 4 * MIB))
+check(a.cmd(raw.CMD_WRITE, 0, len(data), payload=bytes(data)) == 0,
+      "A's write")
+
+
+def a_yields():
+    doc = json.loads(subprocess.run([os.environ["BIOCTL"], "stat", "--json",
+                                     os.environ["PIDFILE"]], check=True,
+                                    capture_output=True).stdout)
+    # A is the newest: B connected first.
+    return max(doc["connections"], key=lambda c: c["id"])["yields"]
+
+
+offs = [i * 4099 + 1 for i in range(N)]  # never on a sector boundary
+failed = []
+
+
+def replies():
+    for _ in range(N):
+        r = a.full_reply()
+        if a.error_of(r):
+            failed.append(offs[r[0].cookie])
+
+
+yields = a_yields()
+t = threading.Thread(target=replies)
+t.start()
+a.send(b"".join(a.req_bytes(raw.CMD_WRITE, i, off, 1,
+                            payload=bytes([(i & 0x7F) | 0x80]))
+                for i, off in enumerate(offs)))
+worst = 0
+while t.is_alive():
+    s = time.monotonic()
+    b.pread(4096, 32 * MIB)
+    b.pwrite(b"\x5b" * 4096, 32 * MIB)
+    worst = max(worst, time.monotonic() - s)
+    check(worst < 1.0, f"A's unaligned writes: B's read+write took {worst:.2f} s")
+    time.sleep(0.02)
+t.join()
+check(not failed, f"A's unaligned writes at {failed[:4]} failed")
+for i, off in enumerate(offs):
+    data[off] = (i & 0x7F) | 0x80
+check(b.pread(len(data), 0) == bytes(data),
+      "after A's unaligned writes: not the data (a neighbour's bytes lost?)")
+# 64 units each, 256 a turn: 512 of them cut A's turn some 128 times.
+yields = a_yields() - yields
+check(yields >= 64, f"A's {N} unaligned writes cut its turn {yields} times "
+      "(at least 64 expected)")
+log(f"ok A's {N} unaligned writes: B's worst {worst * 1000:.1f} ms, "
+    f"A's turn cut {yields} times")
+a.close()
+b.shutdown()
+PY
 stop_bionbd
 log "PASS"
