@@ -288,9 +288,15 @@ int file_extents(struct file_target *ft, struct bio *bio);
  */
 int file_do_sync(struct file_target *ft, struct bio *bio);
 
-/* Do @bio on this thread now (a memory-backed member); it ends at the next
- * ioq_reap. */
+/*
+ * Do @bio on this thread now (a memory-backed member); it ends at the next
+ * ioq_reap.  A long trim or zero does one piece (file_inline_cost) and
+ * waits for a later period for the rest (ioq_inline_later).
+ */
 void file_inline(struct file_target *ft, struct ioq *q, struct bio *bio);
+
+/* What file_inline(@bio) now charges a period's inline budget, in bytes. */
+size_t file_inline_cost(const struct ioq *q, const struct bio *bio);
 
 /*
  * @bio failed on @ft with @err: report it (target_report_error) and, if a

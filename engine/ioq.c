@@ -252,7 +252,7 @@ static void ioq_run_later(struct ioq *q)
 	q->inline_left = q->inline_budget;
 	while (q->later_head && (!q->inline_budget || q->inline_left)) {
 		struct ioq_later *l = q->later_head;
-		size_t bytes = l->bio->bi_iter.bi_size;
+		size_t bytes = file_inline_cost(q, l->bio);
 
 		q->later_head = l->next;
 		if (!q->later_head)

@@ -16,7 +16,7 @@
 # client B's 4 KiB read and write each complete within 1 s (a liveness
 # bound, not a speed test), and afterwards A's replies and data are right.
 # The same while A's unaligned read, write or write-zeroes waits on a
-# stalled member.
+# stalled member, and while A zeroes and trims a whole tmpfs volume.
 # Both backends with the members on disk (page cache), and once on tmpfs,
 # where the worker copies itself (a budget per loop turn).
 source "$(dirname "$0")/functions.sh"
@@ -289,6 +289,66 @@ b.shutdown()
 PY
     die "unaligned requests on a stalled member"
 stop_bionbd
+
+# ---- trims and zeroes over a whole tmpfs volume: the kernel frees, or
+# allocates and clears, every page of the range in the one call, on the
+# worker (memory-backed members are done inline); they go in pieces under
+# the worker's per-turn budget like its copies (file_inline).
+if [[ -n ${shm:-} ]]; then
+    log "trims and zeroes over a whole tmpfs volume"
+    d=$shm/ranged
+    mkdir -p "$d"
+    start_bionbd -t 1 --size 512M "$d/m0" "$d/m1" "$d/m2" "$d/m3"
+    NBD_SOCK=$NBD_SOCK NBD_URI=$NBD_URI nbdpy - <<'PY' || die "ranged fairness case failed"
+import os
+import threading
+import time
+
+import nbd
+import nbd_raw as raw
+from nbd_raw import connect_go
+from nbd_e2e import check, log
+
+MIB = 1 << 20
+SIZE = 512 * MIB
+b = nbd.NBD()
+b.connect_uri(os.environ["NBD_URI"])
+a = connect_go(os.environ["NBD_SOCK"])
+cmds = [(raw.CMD_WRITE_ZEROES, raw.CMD_FLAG_NO_HOLE), (raw.CMD_TRIM, 0)] * 6
+errors = []
+
+
+def replies():
+    for _ in cmds:
+        r = a.full_reply()
+        if a.error_of(r):
+            errors.append((r[0].cookie, a.error_of(r)))
+
+
+t = threading.Thread(target=replies)
+t.start()
+a.send(b"".join(a.req_bytes(cmd, i, 0, SIZE, flags)
+                for i, (cmd, flags) in enumerate(cmds)))
+worst = 0
+while t.is_alive():
+    s = time.monotonic()
+    b.pread(4096, 0)
+    b.pwrite(b"\x5b" * 4096, 256 * MIB)
+    worst = max(worst, time.monotonic() - s)
+    check(worst < 1.0, f"A's whole-volume zeroes and trims: B's read+write "
+          f"took {worst:.2f} s")
+    time.sleep(0.02)
+t.join()
+check(not errors, f"A's zeroes and trims failed: {errors}")
+check(b.pread(4096, 64 * MIB) == bytes(4096), "after A's trims: not zeroes")
+log(f"ok A's {len(cmds)} whole-volume zeroes and trims: "
+    f"B's worst {worst * 1000:.1f} ms")
+a.close()
+b.shutdown()
+PY
+    stop_bionbd
+    rm -rf "$d"
+fi
 
 # ---- unaligned writes over slow members: each read-modify-writes its edge
 # sector on the worker, waited for (nbdl_split_start), so it costs A a
