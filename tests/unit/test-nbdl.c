@@ -6,8 +6,11 @@
  * (unknown commands and flags, flags not documented for the command,
  * read-only, out of range with wrap-around, payload limits, block status
  * without a context); NBD flags -> bio op and flags; which requests are one
- * direct bio; op names; and finishing block status answers (a widened span
- * cut back to the request, clipping, REQ_ONE, gaps and overlaps refused).
+ * direct bio; op names; finishing block status answers (a widened span
+ * cut back to the request, clipping, REQ_ONE, gaps and overlaps refused);
+ * and what an unaligned read, trim, cache or block status becomes
+ * (nbdl_split_start: one bio, nothing waited for) and how its end puts
+ * the edge bytes of a read in place (nbdl_split_end).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -217,6 +220,100 @@ static void add(struct bio_extents *e, uint64_t off, uint64_t len,
 	CHECK_EQ(bio_extents_add(e, off, len, flags), 0);
 }
 
+/* The byte a made-up volume holds at @off. */
+static char vol_byte(uint64_t off)
+{
+	return (char)(off * 7 + off / 512);
+}
+
+/*
+ * An unaligned read as a front end with many clients a thread runs it:
+ * nbdl_split_start waits for nothing and gives one bio over the whole
+ * sectors it touches, through the caller's buffer where it can; the bio
+ * "completes" here (its segments filled as a volume would); nbdl_split_end
+ * puts the edge bytes in place.
+ */
+static void split_read(uint64_t off, uint32_t len, unsigned int vcnt)
+{
+	uint64_t start = off & ~511ull, end = (off + len + 511) & ~511ull;
+	struct nbdl_split *sp;
+	struct bvec_iter it;
+	struct bio_vec bv;
+	struct bio *bio;
+	char buf[8192];
+	uint64_t pos;
+
+	memset(buf, 0x55, sizeof(buf));
+	CHECK_EQ(nbdl_split_start(NULL, NBD_CMD_READ, 0, buf, off, len, NULL,
+				  0, &sp, &bio),
+		 0);
+	CHECK(bio);
+	CHECK_EQ(bio->bi_iter.bi_sector, start / 512);
+	CHECK_EQ(bio->bi_iter.bi_size, end - start);
+	CHECK_EQ(bio->bi_vcnt, vcnt);
+	pos = start;
+	bio_for_each_segment(bv, bio, it) {
+		for (unsigned int i = 0; i < bv.bv_len; i++)
+			((char *)bvec_virt(&bv))[i] = vol_byte(pos + i);
+		pos += bv.bv_len;
+	}
+	bio_put(bio);
+	CHECK_EQ(nbdl_split_end(sp, 0, buf, NULL, 0), 0);
+	for (uint32_t i = 0; i < len; i++)
+		CHECK_EQ(buf[i], vol_byte(off + i));
+	CHECK_EQ(buf[len], 0x55); /* not a byte past the request */
+}
+
+/* One bio over [@start, @start + @size), or none when @size is 0. */
+static void split_range(uint16_t type, uint64_t off, uint32_t len,
+			uint64_t start, uint32_t size)
+{
+	struct bio_extents ext = { 0 };
+	struct nbdl_split *sp;
+	struct bio *bio;
+
+	CHECK_EQ(nbdl_split_start(NULL, type, 0, NULL, off, len, &ext, 0, &sp,
+				  &bio),
+		 0);
+	if (!size) {
+		CHECK(!bio);
+	} else {
+		CHECK(bio);
+		CHECK_EQ(bio->bi_iter.bi_sector, start / 512);
+		CHECK_EQ(bio->bi_iter.bi_size, size);
+		CHECK_EQ(bio->bi_vcnt, 0);
+		if (type == NBD_CMD_BLOCK_STATUS) {
+			CHECK_PTR_EQ(bio->bi_ext, &ext);
+			/* The engine answers for the span, from its start. */
+			add(&ext, 0, size, 0);
+		}
+		bio_put(bio);
+	}
+	CHECK_EQ(nbdl_split_end(sp, 0, NULL, &ext, SIZE_MAX), 0);
+	if (type == NBD_CMD_BLOCK_STATUS) {
+		CHECK_EQ(ext.nr, 1);
+		CHECK_EQ(ext.v[0].offset, 0);
+		CHECK_EQ(ext.v[0].length, len);
+	}
+	bio_extents_free(&ext);
+}
+
+static void test_split(void)
+{
+	split_read(1000, 3000, 3); /* edge, whole sectors, edge */
+	split_read(10, 100, 1);	   /* inside one sector */
+	split_read(500, 30, 2);	   /* across one sector edge */
+	split_read(512, 1000, 2);  /* whole sectors, then an edge */
+	split_read(100, 924, 2);   /* an edge, then whole sectors */
+	/* Trims shrink to the whole sectors inside; none inside, nothing. */
+	split_range(NBD_CMD_TRIM, 1000, 3000, 1024, 2560);
+	split_range(NBD_CMD_TRIM, 10, 100, 0, 0);
+	/* Cache and block status widen to whole sectors. */
+	split_range(NBD_CMD_CACHE, 1000, 3000, 512, 3584);
+	split_range(NBD_CMD_BLOCK_STATUS, 1000, 3000, 512, 3584);
+	split_range(NBD_CMD_BLOCK_STATUS, 10, 100, 0, 512);
+}
+
 static void test_extents(void)
 {
 	struct bio_extents e = { 0 };
@@ -290,6 +387,7 @@ int main(void)
 	test_checks();
 	test_bios();
 	test_extents();
+	test_split();
 	printf("test-nbdl: ok\n");
 	return 0;
 }
