@@ -1054,10 +1054,19 @@ void conn_stop_all(struct worker *w)
 	for (c = w->conns; c; c = next) {
 		next = c->next;
 		/* Stop taking requests; answer those already taken. */
-		if (c->state != CS_TRANSMISSION)
-			conn_fail(c);
-		else
+		if (c->state == CS_TRANSMISSION) {
 			conn_drain(c);
+		} else if (!c->dead) {
+			/*
+			 * Still negotiating: its options are now refused
+			 * with NBD_REP_ERR_SHUTDOWN (handshake.c), which
+			 * tells a client to abort; one that does not, or
+			 * sends nothing, is cut off soon after.
+			 */
+			ev_timer_stop(w->loop, &c->hs_timer);
+			ev_timer_set(&c->hs_timer, SRV_SHUTDOWN_OPTS_S, 0.);
+			ev_timer_start(w->loop, &c->hs_timer);
+		}
 	}
 }
 

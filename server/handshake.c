@@ -298,24 +298,41 @@ static int opt_starttls(struct conn *c)
 }
 
 /*
- * --tls=require (FORCEDTLS): before the upgrade only STARTTLS and ABORT
- * are answered; EXPORT_NAME cannot be refused, so the connection ends.
- * Returns true if the option was dealt with here.
+ * Refuse an option with @err; NBD_OPT_EXPORT_NAME has no error reply, so
+ * the connection ends instead.
  */
-static bool tls_refused(struct conn *c, int *r)
+static int opt_refuse(struct conn *c, uint32_t err, const char *msg)
 {
+	if (c->opt == NBD_OPT_EXPORT_NAME) {
+		c->close_after_send = true;
+		return 0;
+	}
+	return opt_error(c, err, msg);
+}
+
+/*
+ * Options the server will not take now, whatever they are: all but ABORT
+ * (a client told to go must be able to say goodbye) while the server shuts
+ * down, and, with --tls=require (FORCEDTLS), all but STARTTLS and ABORT
+ * before the upgrade.  Returns true if the option was dealt with here.
+ */
+static bool opt_refused(struct conn *c, int *r)
+{
+	if (c->opt == NBD_OPT_ABORT)
+		return false;
+	if (c->w->stopping) {
+		/* proto.md: SHOULD error further options with ERR_SHUTDOWN. */
+		*r = opt_refuse(c, NBD_REP_ERR_SHUTDOWN,
+				"server is shutting down");
+		return true;
+	}
 	if (c->w->srv->tls_mode != SRV_TLS_REQUIRE || c->tls ||
-	    c->opt == NBD_OPT_STARTTLS || c->opt == NBD_OPT_ABORT)
+	    c->opt == NBD_OPT_STARTTLS)
 		return false;
 	nbdl_log(NBDL_DEBUG, "option %u before NBD_OPT_STARTTLS: refused",
 		 c->opt);
-	if (c->opt == NBD_OPT_EXPORT_NAME) {
-		c->close_after_send = true;
-		*r = 0;
-	} else {
-		*r = opt_error(c, NBD_REP_ERR_TLS_REQD,
-			       "TLS is required: send NBD_OPT_STARTTLS first");
-	}
+	*r = opt_refuse(c, NBD_REP_ERR_TLS_REQD,
+			"TLS is required: send NBD_OPT_STARTTLS first");
 	return true;
 }
 
@@ -323,10 +340,7 @@ static int handle_option(struct conn *c)
 {
 	int r;
 
-	if (c->w->stopping)
-		return opt_error(c, NBD_REP_ERR_SHUTDOWN,
-				 "server is shutting down");
-	if (tls_refused(c, &r))
+	if (opt_refused(c, &r))
 		return r;
 	switch (c->opt) {
 	case NBD_OPT_EXPORT_NAME:

@@ -95,6 +95,8 @@
 #define SRV_READ_CHUNKS 8 /* content chunks in one structured read */
 #define SRV_MAX_EXTENTS (1u << 20) /* descriptors in one block status */
 #define SRV_SHUTDOWN_GRACE_S 10.0 /* then clients that stopped reading go */
+/* Clients still negotiating when the server stops: time to hear it and abort. */
+#define SRV_SHUTDOWN_OPTS_S 2.0
 #define SRV_IDLE_TRIM_S 1.5 /* a worker idle this long (twice) trims its cache */
 
 struct worker;

@@ -181,11 +181,40 @@ def idle(n):
     print(after - before)
 
 
-def hold():
+def negotiate_through_shutdown(c, signalled):
+    """@c is negotiating; once the file @signalled exists (the caller has
+    signalled the server), options get NBD_REP_ERR_SHUTDOWN (proto.md:
+    a server shutting down SHOULD error further options but ABORT), and
+    ABORT still gets its ACK before the server closes."""
+    deadline = time.monotonic() + 15
+    while not os.path.exists(signalled):
+        check(time.monotonic() < deadline, "the caller never signalled")
+        time.sleep(0.01)
+    # The stop reaches the worker a moment after the signal: until then
+    # a LIST is answered as usual (the option limit allows ~30 tries).
+    for _ in range(30):
+        c.send_opt(raw.OPT_LIST)
+        final = c.opt_replies(raw.OPT_LIST)[-1][0]
+        if final == raw.REP_ERR_SHUTDOWN:
+            break
+        check(final == raw.REP_ACK, f"LIST at shutdown: reply {final:#x}")
+        time.sleep(0.02)
+    else:
+        fail("no NBD_REP_ERR_SHUTDOWN for an option sent after the signal")
+    c.send_opt(raw.OPT_GO, raw.Raw.info_data(""))
+    rtype = c.opt_reply(raw.OPT_GO)[0]
+    check(rtype == raw.REP_ERR_SHUTDOWN, f"GO at shutdown: reply {rtype:#x}")
+    c.send_opt(raw.OPT_ABORT)
+    rtype = c.opt_reply(raw.OPT_ABORT)[0]
+    check(rtype == raw.REP_ACK, f"ABORT at shutdown: reply {rtype:#x}")
+
+
+def hold(signalled):
     """Connections in every state: just connected, mid-handshake, idle in
     transmission, and with a read in flight.  Prints "ready", then waits
     until the server (sent SIGTERM by the caller) has closed all of them;
-    the read in flight must be answered first."""
+    the read in flight must be answered first.  One more negotiates on
+    through the shutdown (negotiate_through_shutdown)."""
     sock = os.environ["NBD_SOCK"]
     conns = []
     try:
@@ -197,6 +226,8 @@ def hold():
         conns.append(raw.connect_go(sock))              # idle
         busy = raw.connect_go(sock)
         conns.append(busy)
+        talker = raw.Raw(sock)
+        talker.start(structured=False)
     except raw.Fail as e:
         fail(str(e))
     print("ready", flush=True)
@@ -204,6 +235,11 @@ def hold():
     # the server reads it, so the reply is optional, but a reply, if any,
     # must be whole and right.
     busy.request(raw.CMD_READ, 1, 0, BLOCK)
+    try:
+        negotiate_through_shutdown(talker, signalled)
+    except raw.Fail as e:
+        fail(str(e))
+    conns.append(talker)
     for i, c in enumerate(conns):
         c.sock.settimeout(15)
         try:
@@ -228,7 +264,7 @@ elif cmd == "verify":
 elif cmd == "disconnects":
     disconnects()
 elif cmd == "hold":
-    hold()
+    hold(sys.argv[2])
 elif cmd == "idle":
     idle(int(sys.argv[2]))
 else:

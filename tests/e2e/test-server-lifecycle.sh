@@ -7,7 +7,8 @@
 # flight, or stop reading 128 MiB of replies: no crash, no connection left
 # over, another client served meanwhile.  500 idle connections: the
 # server's RSS growth is printed and must stay under 64 MiB.  SIGINT also
-# exits 0.  Daemon mode (no -f): returns once serving, pidfile written,
+# exits 0, and a client still negotiating then gets NBD_REP_ERR_SHUTDOWN
+# for its options and an ACK for its ABORT.  Daemon mode (no -f): returns once serving, pidfile written,
 # SIGTERM removes socket and pidfile.  --help and --version; a mistyped
 # option or a missing argument: getopt's line and "Try 'bionbd --help'.",
 # exit 1.  Config errors (missing member, stripe size not a power of two,
@@ -98,10 +99,13 @@ for be in $BACKENDS; do
     stop_bionbd
 
     # ---- SIGINT with clients in every state: it closes them at once (not
-    # after the 10 s grace for clients that stop reading) and exits 0.
+    # after the 10 s grace for clients that stop reading) and exits 0; a
+    # client still negotiating has its options refused with
+    # NBD_REP_ERR_SHUTDOWN and may abort.
     log "$be: SIGINT with clients connected"
     start_bionbd -t 2 --backend "$be" "${members[@]}"
-    lifecycle hold >"$d/hold.out" 2>"$d/hold.err" &
+    rm -f "$d/signalled"
+    lifecycle hold "$d/signalled" >"$d/hold.out" 2>"$d/hold.err" &
     hold_pid=$!
     _cleanup_pids+=("$hold_pid")
     for ((n = 0; n < 200; n++)); do
@@ -112,6 +116,7 @@ for be in $BACKENDS; do
     grep -qs ready "$d/hold.out" || { cat "$d/hold.err" >&2; die "$be: hold client not ready"; }
     t0=$SECONDS
     kill -INT "$SERVER_PID"
+    : >"$d/signalled"
     # The clients see their connections closed well before the 10 s grace
     # the server gives clients that stop reading.
     wait_exit "$hold_pid" 15
