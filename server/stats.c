@@ -16,15 +16,28 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "listener.h"
 #include "stats.h"
 
-/* A reader that stalls longer holds the main loop no more than this. */
-#define CONTROL_SEND_TIMEOUT_S 1
+/*
+ * The document goes out from the main loop as the reader takes it, so a
+ * reader that stalls holds nothing but its own copy, for at most
+ * CONTROL_SEND_TIMEOUT_S; past CONTROL_MAX_READERS at once, accepting
+ * waits (the kernel's backlog holds the rest).
+ */
+#define CONTROL_SEND_TIMEOUT_S 5.0
+#define CONTROL_MAX_READERS 16u
+
+struct control_reader {
+	ev_io io;
+	ev_timer timeout;
+	char *doc;
+	size_t len, off;
+	struct control_reader *next, **pprev;
+};
 
 static struct server *stats_srv;
 /* The open connections, for their counts: workers add and remove. */
@@ -35,6 +48,8 @@ static char *stats_path; /* --stats FILE */
 static char *control_path; /* bound by us: removed at stop */
 static int control_fd = -1;
 static ev_io control_w;
+static struct control_reader *readers;
+static unsigned int nr_readers;
 static ev_timer interval_w;
 static ev_signal usr1_w;
 
@@ -158,28 +173,87 @@ int srv_stats_write(void)
 				stats_srv->nr_exports, conns_json, NULL);
 }
 
+static void reader_free(struct ev_loop *loop, struct control_reader *rd)
+{
+	ev_io_stop(loop, &rd->io);
+	ev_timer_stop(loop, &rd->timeout);
+	close(rd->io.fd);
+	*rd->pprev = rd->next;
+	if (rd->next)
+		rd->next->pprev = rd->pprev;
+	free(rd->doc);
+	free(rd);
+	if (nr_readers-- == CONTROL_MAX_READERS && control_fd >= 0)
+		ev_io_start(loop, &control_w);
+}
+
+/* Send what the socket takes; true once the reader is done with. */
+static bool reader_send(struct control_reader *rd)
+{
+	while (rd->off < rd->len) {
+		ssize_t n = send(rd->io.fd, rd->doc + rd->off,
+				 rd->len - rd->off, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return false;
+		if (n <= 0)
+			return true; /* gone: nothing more to do for it */
+		rd->off += (size_t)n;
+	}
+	return true;
+}
+
+static void reader_write_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+	struct control_reader *rd = container_of(w, struct control_reader, io);
+
+	if (reader_send(rd))
+		reader_free(loop, rd);
+	else
+		ev_timer_again(loop, &rd->timeout);
+}
+
+static void reader_timeout_cb(struct ev_loop *loop, ev_timer *t,
+			      int revents)
+{
+	reader_free(loop, container_of(t, struct control_reader, timeout));
+}
+
 static void control_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
-	struct timeval tv = { .tv_sec = CONTROL_SEND_TIMEOUT_S };
-	size_t len, off = 0;
-	char *doc;
+	struct control_reader *rd;
 	int fd;
 
-	fd = accept4(w->fd, NULL, NULL, SOCK_CLOEXEC);
+	fd = accept4(w->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 	if (fd < 0)
 		return; /* gone already, or out of descriptors: next time */
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	doc = stats_render(&len);
-	while (doc && off < len) {
-		ssize_t n = send(fd, doc + off, len - off, MSG_NOSIGNAL);
-
-		if (n <= 0 && errno != EINTR)
-			break;
-		if (n > 0)
-			off += (size_t)n;
+	rd = calloc(1, sizeof(*rd));
+	if (!rd || !(rd->doc = stats_render(&rd->len))) {
+		free(rd);
+		close(fd);
+		return;
 	}
-	free(doc);
-	close(fd);
+	ev_io_init(&rd->io, reader_write_cb, fd, EV_WRITE);
+	if (reader_send(rd)) {
+		close(fd);
+		free(rd->doc);
+		free(rd);
+		return;
+	}
+	/* A reader that makes no progress for this long is dropped. */
+	ev_init(&rd->timeout, reader_timeout_cb);
+	rd->timeout.repeat = CONTROL_SEND_TIMEOUT_S;
+	ev_timer_again(loop, &rd->timeout);
+	ev_io_start(loop, &rd->io);
+	rd->next = readers;
+	if (readers)
+		readers->pprev = &rd->next;
+	rd->pprev = &readers;
+	readers = rd;
+	if (++nr_readers == CONTROL_MAX_READERS)
+		ev_io_stop(loop, &control_w);
 }
 
 static void interval_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -252,6 +326,8 @@ void srv_stats_stop(struct ev_loop *loop)
 		control_fd = -1;
 		unlink(control_path);
 	}
+	while (readers)
+		reader_free(loop, readers);
 }
 
 void srv_stats_release(void)

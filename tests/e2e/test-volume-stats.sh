@@ -12,7 +12,9 @@
 # count.  bionbd only: SIGUSR1 logs a snapshot with the same counts; the
 # control socket (PIDFILE.ctl, mode 0600) answers bioctl stat, whose table
 # has them too; open connections are listed with their own counts and a
-# closed one no longer; the --stats-interval file is there before exit; a
+# closed one no longer; four control readers that never read a document
+# larger than the socket holds (901 connections listed) delay neither a new
+# client nor bioctl stat; the --stats-interval file is there before exit; a
 # corrupt answer is refused with a clear message.  statistics=false
 # (--no-statistics) counts nothing, and an export without statistics is
 # left out of the document beside one with them.  A --stats path in a
@@ -191,6 +193,46 @@ for _ in range(100):
 check("\n1 connection open" in table, f"bioctl stat after a close:\n{table}")
 PY
         die "per-connection counts"
+    stop_bionbd
+    # Readers of the control socket that never read a document larger than
+    # the socket takes hold nothing but themselves: new clients are
+    # accepted and served, and bioctl stat answers, meanwhile (the main
+    # loop used to wait up to 1 s for each).
+    start_bionbd --handshake-timeout 0 "${members[@]}"
+    NBD_URI=$NBD_URI NBD_SOCK=$NBD_SOCK BIOCTL=$BIOCTL \
+        PIDFILE=$SERVER_PIDFILE nbdpy - <<'PY' ||
+import json, os, socket, subprocess, time
+from nbd_e2e import check, connect
+# Connections still negotiating are listed too: ~250 bytes of JSON each.
+idle = []
+for _ in range(900):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(os.environ["NBD_SOCK"])
+    idle.append(s)
+stalled = []
+for _ in range(4):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(os.environ["PIDFILE"] + ".ctl")
+    stalled.append(s)
+time.sleep(0.3)
+t0 = time.monotonic()
+h = connect()
+h.pread(4096, 0)
+took = time.monotonic() - t0
+check(took < 2, f"a new client waited {took:.1f} s beside 4 stalled readers")
+out = subprocess.run([os.environ["BIOCTL"], "stat", "--json",
+                      os.environ["PIDFILE"]], check=True,
+                     capture_output=True, timeout=10).stdout
+took = time.monotonic() - t0
+check(took < 3, f"bioctl stat took {took:.1f} s beside 4 stalled readers")
+n = len(json.loads(out)["connections"])
+check(n == 901, f"{n} connections listed, 901 open")
+# Else no reader stalled the server's send, and this proved nothing.
+wmem = int(open("/proc/sys/net/core/wmem_default").read())
+check(len(out) > 1.2 * wmem, f"document {len(out)} bytes, socket {wmem}")
+h.shutdown()
+PY
+        die "control socket readers that stall"
     stop_bionbd
     # --stats-interval: the file exists while the server runs.
     rm -f live.json
