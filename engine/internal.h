@@ -335,14 +335,17 @@ struct ioq_poll {
 	unsigned int events; /* POLLIN | POLLOUT wanted */
 	void (*fn)(struct ioq_poll *p, unsigned int revents);
 	/* The backend's. */
-	unsigned int armed; /* io_uring: directions with a POLL_ADD out */
-	bool removing; /* io_uring: POLL_REMOVEs out; re-arm after */
+	void *ref; /* io_uring: what its POLL_ADDs point at (uring.c) */
 	bool added; /* threads: in the epoll set */
 };
 
 /* Watch @p->fd for @p->events from now on (0 or -errno). */
 int ioq_poll_set(struct ioq *q, struct ioq_poll *p);
-/* Stop watching @p->fd; call before closing it. */
+/*
+ * Stop watching @p->fd; call before closing it.  On return @p is the
+ * caller's again: to free, or to set at once on another fd.  No callback
+ * runs for what was armed before.
+ */
 void ioq_poll_del(struct ioq *q, struct ioq_poll *p);
 
 /*

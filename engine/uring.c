@@ -56,6 +56,7 @@ struct uring_ioq {
 	struct uring_rq *pending, **pending_tail;
 	uint64_t async_bytes; /* IOSQE_ASYNC reads and writes in flight */
 	struct uring_rq *async_wait, **async_wait_tail; /* over the cap */
+	struct uring_poll_ref *detached; /* deleted polls' refs still out */
 };
 
 static inline struct uring_ioq *to_uq(struct ioq *q)
@@ -392,15 +393,21 @@ static int uring_flush(struct ioq *q)
 
 /*
  * Sockets (struct ioq_poll): one one-shot POLL_ADD per direction wanted,
- * its user data the poll's address with the low bits telling it from a
- * uring_rq (malloc'd, so 16-aligned) and giving the direction.  A change
- * of fd cancels the old ones first (POLL_REMOVE) and arms the new ones
- * when both cancellations are back, so a stale completion never reaches
- * the new socket's owner.
+ * its user data the poll's ref with the low bits telling it from a
+ * uring_rq (malloc'd, so 16-aligned) and giving the direction.  The kernel
+ * points at the ref, never at the poll: ioq_poll_del detaches the ref and
+ * cancels what is out, so the poll may be freed, or set on a new fd, at
+ * once; the ref goes with the last of its completions (or with the ring).
  */
 #define URING_POLL_TAG 1u
 #define URING_POLL_OUT 2u
 #define URING_POLL_REMOVE ((uintptr_t)URING_POLL_TAG) /* no poll: ignore */
+
+struct uring_poll_ref {
+	struct ioq_poll *p; /* NULL once deleted: completions go nowhere */
+	unsigned int armed; /* directions with a POLL_ADD in the kernel */
+	struct uring_poll_ref *next, **pprev; /* deleted: in uq->detached */
+};
 
 static struct io_uring_sqe *uring_sqe_now(struct uring_ioq *uq)
 {
@@ -418,40 +425,81 @@ static struct io_uring_sqe *uring_sqe_now(struct uring_ioq *uq)
 	return sqe;
 }
 
-static int uring_poll_arm(struct uring_ioq *uq, struct ioq_poll *p)
+static void *poll_data(struct uring_poll_ref *ref, unsigned int ev)
 {
+	return (void *)((uintptr_t)ref | URING_POLL_TAG |
+			(ev == POLLOUT ? URING_POLL_OUT : 0));
+}
+
+/* Arm what @want and @p->events ask for and the kernel lacks. */
+static int uring_poll_arm(struct uring_ioq *uq, struct ioq_poll *p,
+			  unsigned int want)
+{
+	struct uring_poll_ref *ref = p->ref;
+
+	if (!ref) {
+		ref = calloc(1, sizeof(*ref));
+		if (!ref)
+			return -ENOMEM;
+		ref->p = p;
+		p->ref = ref;
+	}
 	for (unsigned int d = 0; d < 2; d++) {
 		unsigned int ev = d ? POLLOUT : POLLIN;
 		struct io_uring_sqe *sqe;
 
-		if (!(p->events & ev) || (p->armed & ev))
+		if (!(want & p->events & ev) || (ref->armed & ev))
 			continue;
 		sqe = uring_sqe_now(uq);
 		if (!sqe)
 			return -EBUSY;
 		io_uring_prep_poll_add(sqe, p->fd, ev);
-		io_uring_sqe_set_data(sqe, (void *)((uintptr_t)p |
-						    URING_POLL_TAG |
-						    (d ? URING_POLL_OUT : 0)));
-		p->armed |= ev;
+		io_uring_sqe_set_data(sqe, poll_data(ref, ev));
+		ref->armed |= ev;
 	}
 	return 0;
 }
 
+/* Ask the kernel to cancel what @ref (deleted) has out. */
+static void uring_poll_cancel(struct uring_ioq *uq,
+			      struct uring_poll_ref *ref, unsigned int dirs)
+{
+	for (unsigned int d = 0; d < 2; d++) {
+		unsigned int ev = d ? POLLOUT : POLLIN;
+		struct io_uring_sqe *sqe;
+
+		if (!(dirs & ref->armed & ev))
+			continue;
+		sqe = uring_sqe_now(uq);
+		if (!sqe)
+			continue; /* the completion will come when it fires */
+		io_uring_prep_poll_remove(sqe, (uintptr_t)poll_data(ref, ev));
+		io_uring_sqe_set_data(sqe, (void *)URING_POLL_REMOVE);
+	}
+}
+
+static void uring_poll_ref_free(struct uring_poll_ref *ref)
+{
+	*ref->pprev = ref->next;
+	if (ref->next)
+		ref->next->pprev = ref->pprev;
+	free(ref);
+}
+
 static void uring_poll_done(struct uring_ioq *uq, uintptr_t data, int res)
 {
-	struct ioq_poll *p = (struct ioq_poll *)(data & ~(uintptr_t)3);
+	struct uring_poll_ref *ref =
+		(struct uring_poll_ref *)(data & ~(uintptr_t)3);
 	unsigned int ev = data & URING_POLL_OUT ? POLLOUT : POLLIN;
+	struct ioq_poll *p;
 
-	if (!p)
+	if (!ref)
 		return; /* a POLL_REMOVE's own completion */
-	p->armed &= ~ev;
-	if (p->removing) {
-		if (!p->armed) {
-			p->removing = false;
-			if (p->fd >= 0)
-				uring_poll_arm(uq, p);
-		}
+	ref->armed &= ~ev;
+	p = ref->p;
+	if (!p) {
+		if (!ref->armed)
+			uring_poll_ref_free(ref);
 		return;
 	}
 	if (res == -ECANCELED)
@@ -462,34 +510,30 @@ static void uring_poll_done(struct uring_ioq *uq, uintptr_t data, int res)
 
 static int uring_poll_set(struct ioq *q, struct ioq_poll *p)
 {
-	struct uring_ioq *uq = to_uq(q);
-
-	if (p->removing)
-		return 0; /* armed with the new fd once the old are back */
-	return uring_poll_arm(uq, p);
+	return uring_poll_arm(to_uq(q), p, POLLIN | POLLOUT);
 }
 
 static void uring_poll_del(struct ioq *q, struct ioq_poll *p)
 {
 	struct uring_ioq *uq = to_uq(q);
+	struct uring_poll_ref *ref = p->ref;
 
-	for (unsigned int d = 0; d < 2 && !p->removing; d++) {
-		unsigned int ev = d ? POLLOUT : POLLIN;
-		struct io_uring_sqe *sqe;
-
-		if (!(p->armed & ev))
-			continue;
-		sqe = uring_sqe_now(uq);
-		if (!sqe)
-			continue; /* the completion will come when it fires */
-		io_uring_prep_poll_remove(sqe,
-					  (uintptr_t)p | URING_POLL_TAG |
-						  (d ? URING_POLL_OUT : 0));
-		io_uring_sqe_set_data(sqe, (void *)URING_POLL_REMOVE);
+	p->ref = NULL;
+	if (ref && !ref->armed) {
+		free(ref);
+	} else if (ref) {
+		ref->p = NULL;
+		ref->next = uq->detached;
+		if (ref->next)
+			ref->next->pprev = &ref->next;
+		ref->pprev = &uq->detached;
+		uq->detached = ref;
+		uring_poll_cancel(uq, ref, POLLIN | POLLOUT);
 	}
-	if (p->armed)
-		p->removing = true;
-	/* The removals must reach the kernel before the fd is closed. */
+	/*
+	 * A POLL_ADD not yet submitted names the fd by number: it must
+	 * reach the kernel before the fd is closed (and its number reused).
+	 */
 	if (uq->queued && io_uring_submit(&uq->ring) >= 0)
 		uq->queued = 0;
 }
@@ -593,6 +637,9 @@ static void uring_destroy(struct ioq *q)
 		uq->free_rqs = rq->next;
 		free(rq);
 	}
+	/* With the ring go the completions the deleted polls' refs await. */
+	while (uq->detached)
+		uring_poll_ref_free(uq->detached);
 	io_uring_queue_exit(&uq->ring);
 	if (uq->efd >= 0)
 		close(uq->efd);

@@ -13,6 +13,9 @@
  *  - ioq_poll_del, then the same poll on another socket (a reconnect):
  *    data on the old socket never reaches the callback, data on the new
  *    one does;
+ *  - ioq_poll_del, then the poll freed at once (a remote connection
+ *    replaced on its queue): what was armed, fired or cancelled, never
+ *    reaches the freed memory (ASan) nor a callback;
  *  - the peer closing the socket is reported (POLLIN or POLLERR: the owner
  *    reads and sees the end).
  */
@@ -64,7 +67,8 @@ static void settle(struct ioq *q)
 static void run(enum ioq_backend be)
 {
 	struct ioq_poll p = { .fd = -1, .fn = poll_cb };
-	int a[2], b[2], efd;
+	struct ioq_poll *hp;
+	int a[2], b[2], c[2], efd;
 	struct ioq *q;
 	char buf[64];
 	int r;
@@ -81,6 +85,7 @@ static void run(enum ioq_backend be)
 	CHECK(efd >= 0);
 	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, a), 0);
 	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, b), 0);
+	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, c), 0);
 	calls = 0;
 
 	/* Nothing ready. */
@@ -133,6 +138,25 @@ static void run(enum ioq_backend be)
 	CHECK(last_events & POLLIN);
 	CHECK_EQ(read(b[0], buf, sizeof(buf)), 3);
 
+	/*
+	 * Deleted and freed at once: POLLOUT has fired (its completion
+	 * waits in the ring), POLLIN is out and gets cancelled.  Neither
+	 * completion may touch the poll (ASan sees it if one does).
+	 */
+	hp = calloc(1, sizeof(*hp));
+	CHECK(hp);
+	hp->fd = c[0];
+	hp->events = POLLIN | POLLOUT;
+	hp->fn = poll_cb;
+	CHECK_EQ(ioq_poll_set(q, hp), 0);
+	ioq_flush(q);
+	usleep(10000);
+	ioq_poll_del(q, hp);
+	free(hp);
+	CHECK_EQ(write(c[1], "gone", 4), 4);
+	settle(q);
+	CHECK_EQ(calls, 4);
+
 	/* The peer goes away: reported, so the owner reads the end. */
 	CHECK_EQ(ioq_poll_set(q, &p), 0);
 	close(b[1]);
@@ -147,6 +171,8 @@ static void run(enum ioq_backend be)
 	close(a[0]);
 	close(a[1]);
 	close(b[0]);
+	close(c[0]);
+	close(c[1]);
 	ioq_set_current(NULL);
 	ioq_destroy(q);
 	printf("ioq-poll: %s ok\n", ioq_backend_name(be));
