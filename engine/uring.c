@@ -431,7 +431,7 @@ static void *poll_data(struct uring_poll_ref *ref, unsigned int ev)
 			(ev == POLLOUT ? URING_POLL_OUT : 0));
 }
 
-/* Arm what @want and @p->events ask for and the kernel lacks. */
+/* Arm the directions of @want that @p->events asks for and the kernel lacks. */
 static int uring_poll_arm(struct uring_ioq *uq, struct ioq_poll *p,
 			  unsigned int want)
 {
@@ -502,8 +502,14 @@ static void uring_poll_done(struct uring_ioq *uq, uintptr_t data, int res)
 			uring_poll_ref_free(ref);
 		return;
 	}
-	if (res == -ECANCELED)
+	/*
+	 * We cancel only what was deleted: this one the kernel cancelled on
+	 * its own, and its owner still waits for it.
+	 */
+	if (res == -ECANCELED) {
+		(void)uring_poll_arm(uq, p, ev);
 		return;
+	}
 	/* An error on the socket: its owner learns it by reading. */
 	p->fn(p, res < 0 ? (unsigned int)(POLLERR | ev) : (unsigned int)res);
 }
