@@ -336,10 +336,16 @@ struct ioq_poll {
 	void (*fn)(struct ioq_poll *p, unsigned int revents);
 	/* The backend's. */
 	void *ref; /* io_uring: what its POLL_ADDs point at (uring.c) */
+	unsigned int arm_wait; /* io_uring: directions waiting for an SQE */
+	struct ioq_poll *arm_next; /* io_uring: in its list of those */
 	bool added; /* threads: in the epoll set */
 };
 
-/* Watch @p->fd for @p->events from now on (0 or -errno). */
+/*
+ * Watch @p->fd for @p->events from now on: 0, or -errno when it cannot be
+ * watched (out of memory, an fd epoll refuses).  A ring without a free SQE
+ * is no failure: the poll is armed at the next flush or reap.
+ */
 int ioq_poll_set(struct ioq *q, struct ioq_poll *p);
 /*
  * Stop watching @p->fd; call before closing it.  On return @p is the

@@ -56,7 +56,9 @@ struct uring_ioq {
 	struct uring_rq *pending, **pending_tail;
 	uint64_t async_bytes; /* IOSQE_ASYNC reads and writes in flight */
 	struct uring_rq *async_wait, **async_wait_tail; /* over the cap */
+	struct ioq_poll *arm_waiting; /* polls without an SQE (ioq_poll) */
 	struct uring_poll_ref *detached; /* deleted polls' refs still out */
+	bool remove_waiting; /* some of those wait to send a POLL_REMOVE */
 };
 
 static inline struct uring_ioq *to_uq(struct ioq *q)
@@ -376,12 +378,16 @@ static void rq_complete(struct uring_ioq *uq, struct uring_rq *rq, int res)
 	}
 }
 
+static void uring_poll_retry(struct uring_ioq *uq);
+
 static int uring_flush(struct ioq *q)
 {
 	struct uring_ioq *uq = to_uq(q);
 	int r;
 
 	uring_issue_pending(uq);
+	if (unlikely(uq->arm_waiting || uq->remove_waiting))
+		uring_poll_retry(uq);
 	if (!uq->queued)
 		return 0;
 	r = io_uring_submit(&uq->ring);
@@ -398,6 +404,8 @@ static int uring_flush(struct ioq *q)
  * points at the ref, never at the poll: ioq_poll_del detaches the ref and
  * cancels what is out, so the poll may be freed, or set on a new fd, at
  * once; the ref goes with the last of its completions (or with the ring).
+ * A direction that finds no SQE waits on a list for the next flush or
+ * reap: a poll is never dropped for want of room.
  */
 #define URING_POLL_TAG 1u
 #define URING_POLL_OUT 2u
@@ -406,6 +414,7 @@ static int uring_flush(struct ioq *q)
 struct uring_poll_ref {
 	struct ioq_poll *p; /* NULL once deleted: completions go nowhere */
 	unsigned int armed; /* directions with a POLL_ADD in the kernel */
+	unsigned int remove_wait; /* deleted: POLL_REMOVEs not yet sent */
 	struct uring_poll_ref *next, **pprev; /* deleted: in uq->detached */
 };
 
@@ -431,7 +440,11 @@ static void *poll_data(struct uring_poll_ref *ref, unsigned int ev)
 			(ev == POLLOUT ? URING_POLL_OUT : 0));
 }
 
-/* Arm the directions of @want that @p->events asks for and the kernel lacks. */
+/*
+ * Arm the directions of @want that @p->events asks for and the kernel
+ * lacks.  One without an SQE waits in uq->arm_waiting (@p->arm_wait, set
+ * only while @p is on that list).
+ */
 static int uring_poll_arm(struct uring_ioq *uq, struct ioq_poll *p,
 			  unsigned int want)
 {
@@ -451,8 +464,14 @@ static int uring_poll_arm(struct uring_ioq *uq, struct ioq_poll *p,
 		if (!(want & p->events & ev) || (ref->armed & ev))
 			continue;
 		sqe = uring_sqe_now(uq);
-		if (!sqe)
-			return -EBUSY;
+		if (!sqe) {
+			if (!p->arm_wait) {
+				p->arm_next = uq->arm_waiting;
+				uq->arm_waiting = p;
+			}
+			p->arm_wait |= ev;
+			continue;
+		}
 		io_uring_prep_poll_add(sqe, p->fd, ev);
 		io_uring_sqe_set_data(sqe, poll_data(ref, ev));
 		ref->armed |= ev;
@@ -471,11 +490,39 @@ static void uring_poll_cancel(struct uring_ioq *uq,
 		if (!(dirs & ref->armed & ev))
 			continue;
 		sqe = uring_sqe_now(uq);
-		if (!sqe)
-			continue; /* the completion will come when it fires */
+		if (!sqe) {
+			/* Until it is sent, the POLL_ADD holds the socket. */
+			ref->remove_wait |= ev;
+			uq->remove_waiting = true;
+			continue;
+		}
+		ref->remove_wait &= ~ev;
 		io_uring_prep_poll_remove(sqe, (uintptr_t)poll_data(ref, ev));
 		io_uring_sqe_set_data(sqe, (void *)URING_POLL_REMOVE);
 	}
+}
+
+/* What waited for an SQE: armed, or cancelled, now if there is room. */
+static void uring_poll_retry(struct uring_ioq *uq)
+{
+	struct ioq_poll *list = uq->arm_waiting;
+
+	uq->arm_waiting = NULL;
+	while (list) {
+		struct ioq_poll *p = list;
+		unsigned int want = p->arm_wait;
+
+		list = p->arm_next;
+		p->arm_wait = 0;
+		/* Its ref is there: only the SQE can be missing again. */
+		(void)uring_poll_arm(uq, p, want);
+	}
+	if (!uq->remove_waiting)
+		return;
+	uq->remove_waiting = false;
+	for (struct uring_poll_ref *ref = uq->detached; ref; ref = ref->next)
+		if (ref->remove_wait)
+			uring_poll_cancel(uq, ref, ref->remove_wait);
 }
 
 static void uring_poll_ref_free(struct uring_poll_ref *ref)
@@ -498,6 +545,7 @@ static void uring_poll_done(struct uring_ioq *uq, uintptr_t data, int res)
 	ref->armed &= ~ev;
 	p = ref->p;
 	if (!p) {
+		ref->remove_wait &= ~ev;
 		if (!ref->armed)
 			uring_poll_ref_free(ref);
 		return;
@@ -524,6 +572,14 @@ static void uring_poll_del(struct ioq *q, struct ioq_poll *p)
 	struct uring_ioq *uq = to_uq(q);
 	struct uring_poll_ref *ref = p->ref;
 
+	if (p->arm_wait) {
+		struct ioq_poll **pp = &uq->arm_waiting;
+
+		while (*pp != p)
+			pp = &(*pp)->arm_next;
+		*pp = p->arm_next;
+		p->arm_wait = 0;
+	}
 	p->ref = NULL;
 	if (ref && !ref->armed) {
 		free(ref);
@@ -579,6 +635,8 @@ static int uring_reap(struct ioq *q)
 	} while (n);
 	uring_issue_async_waiting(uq);
 	uring_issue_pending(uq);
+	if (unlikely(uq->arm_waiting || uq->remove_waiting))
+		uring_poll_retry(uq);
 	return (int)total;
 }
 
