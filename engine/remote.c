@@ -544,19 +544,23 @@ static void conn_timer_at(struct remote_conn *c, uint64_t deadline_ns)
 	c->timer_on = true;
 }
 
-/* Watch the socket for what libnbd waits for now. */
-static void conn_rearm(struct remote_conn *c)
+/*
+ * Watch the socket for what libnbd waits for now.  0, or -errno when the
+ * queue cannot watch it: then nothing would ever move the connection, and
+ * the caller drops it (conn_watch).
+ */
+static int conn_rearm(struct remote_conn *c)
 {
 	unsigned int dir;
 
 	if (!c->h)
-		return;
+		return 0;
 	dir = nbd_aio_get_direction(c->h);
 	c->poll.events = (dir & LIBNBD_AIO_DIRECTION_READ ? POLLIN : 0) |
 			 (dir & LIBNBD_AIO_DIRECTION_WRITE ? POLLOUT : 0);
 	/* Always listen: a remote that closes an idle connection says so. */
 	c->poll.events |= POLLIN;
-	(void)ioq_poll_set(c->q, &c->poll);
+	return ioq_poll_set(c->q, &c->poll);
 }
 
 static struct remote_io *io_get(struct remote_conn *c)
@@ -983,6 +987,19 @@ static void conn_drop(struct remote_conn *c, const char *why, bool by_remote)
 	c->deadline_ns = engine_now_ns() + c->backoff_ns;
 }
 
+/* conn_rearm, or the connection goes when its socket cannot be watched. */
+static void conn_watch(struct remote_conn *c)
+{
+	char why[120];
+	int r = conn_rearm(c);
+
+	if (likely(!r))
+		return;
+	snprintf(why, sizeof(why), "its socket cannot be watched: %s",
+		 strerror(-r));
+	conn_drop(c, why, false);
+}
+
 static void conn_ready(struct remote_conn *c)
 {
 	struct remote_info now;
@@ -1038,7 +1055,7 @@ static void conn_check(struct remote_conn *c)
 	if (c->state == RC_CONNECTING && nbd_aio_is_ready(c->h))
 		conn_ready(c);
 	conn_run_flushes(c);
-	conn_rearm(c);
+	conn_watch(c);
 }
 
 static bool conn_readable(const struct remote_conn *c)
@@ -1469,7 +1486,7 @@ static void conn_issue_run(struct remote_conn *c, struct bio **bios,
 	}
 	conn_run_flushes(c);
 	/* The commands may not all have fit in the socket: watch for room. */
-	conn_rearm(c);
+	conn_watch(c);
 }
 
 static void conn_issue(struct remote_conn *c, struct bio *bio)
