@@ -107,6 +107,12 @@ struct remote_conn {
 	struct ioq_slot slot; /* key: the target, +1 for a status conn */
 	bool status; /* block status only (see status_conns) */
 	struct ioq_poll poll;
+	/*
+	 * libnbd is in nbd_aio_notify_read; and it may have read from the
+	 * socket elsewhere since the last POLLIN was handled, so the POLLIN
+	 * armed meanwhile may report data that is gone (conn_poll_fn).
+	 */
+	bool in_notify_read, read_elsewhere;
 	struct ioq_timer timer; /* connect or request deadline, if on */
 	bool timer_on;
 	enum remote_state state;
@@ -803,6 +809,9 @@ static int io_cmd_cb(void *user_data, int *error)
 {
 	struct remote_io *io = user_data;
 
+	/* A reply read outside notify_read (TLS: from its buffer). */
+	if (!io->c->in_notify_read)
+		io->c->read_elsewhere = true;
 	if (*error && !io->err) {
 		io->err = remote_cmd_err(*error);
 		io->quiet = remote_conn_errno(*error);
@@ -1065,29 +1074,52 @@ static bool conn_readable(const struct remote_conn *c)
 	return poll(&pfd, 1, 0) > 0;
 }
 
+/*
+ * May libnbd be told that the socket is readable, on an event that said
+ * so?  The event tells what was there when it was posted, and libnbd may
+ * have read it since (@stale: see remote_conn.read_elsewhere).  A stale
+ * "readable" is harmless where libnbd merely tries a recv and waits on
+ * (during the handshake, in the middle of a reply), but two of its states
+ * take it as a promise: between commands (READY) it starts a reply, and
+ * finding nothing it stays in REPLY.START, where the commands we issue
+ * queue unsent until some reply comes, which none may (nothing in
+ * flight); and with a request half sent it pauses the send to read a
+ * reply, while the remote waits for the rest of the request.  So in those
+ * states, look again first.  A fresh event needs no look between commands
+ * (that would be a poll on every reply); a half-sent request always gets
+ * one, since libnbd sends from many calls of ours.
+ */
+static bool conn_may_read(const struct remote_conn *c, bool stale)
+{
+	if (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE)
+		return conn_readable(c);
+	if (stale && nbd_aio_is_ready(c->h))
+		return conn_readable(c);
+	return true;
+}
+
 static void conn_poll_fn(struct ioq_poll *p, unsigned int revents)
 {
 	struct remote_conn *c = container_of(p, struct remote_conn, poll);
+	bool stale = c->read_elsewhere;
 
 	if (!c->h)
 		return;
-	/*
-	 * The readiness was seen when the event was posted; libnbd may have
-	 * read that data since (its state machine reads in other calls
-	 * too).  A stale "readable" is not harmless: libnbd pauses a write
-	 * whose payload is half sent to read a reply, and finding none it
-	 * waits for one, while the remote waits for the rest of the payload.
-	 * So look again before saying so, when libnbd has something to
-	 * send: otherwise a stale "readable" costs it one recv that finds
-	 * nothing, and the look would cost a poll on every reply.
-	 */
+	/* The POLLIN armed from now on sees only what libnbd leaves. */
+	if (revents & POLLIN)
+		c->read_elsewhere = false;
 	if ((revents & (POLLIN | POLLERR | POLLHUP)) &&
-	    (!(nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE) ||
-	     conn_readable(c)))
+	    conn_may_read(c, stale)) {
+		c->in_notify_read = true;
 		(void)nbd_aio_notify_read(c->h);
+		c->in_notify_read = false;
+	}
 	if (c->h && (revents & POLLOUT) &&
-	    (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE))
+	    (nbd_aio_get_direction(c->h) & LIBNBD_AIO_DIRECTION_WRITE)) {
+		/* The handshake reads here too (the greeting, ...). */
+		c->read_elsewhere = true;
 		(void)nbd_aio_notify_write(c->h);
+	}
 	conn_check(c);
 }
 
@@ -1131,6 +1163,7 @@ static void conn_connect(struct remote_conn *c)
 	c->state = RC_CONNECTING;
 	c->poll.fd = nbd_aio_get_fd(c->h);
 	c->poll.fn = conn_poll_fn;
+	c->read_elsewhere = false;
 	conn_timer_at(c, engine_now_ns() +
 				 (uint64_t)rt->timeout_ms * 1000000u);
 	conn_check(c);
