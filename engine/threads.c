@@ -38,6 +38,12 @@ struct threads_ioq {
 	 */
 	int epfd;
 	unsigned int nr_polls;
+	/*
+	 * The events threads_polls is handing out: a poll deleted by one of
+	 * their callbacks (and maybe freed) loses its own there.
+	 */
+	struct epoll_event *batch;
+	int batch_n;
 	pthread_mutex_t lock; /* guards done */
 	struct threads_rq *done;
 	struct threads_rq *free_rqs; /* owner thread only */
@@ -244,18 +250,21 @@ static int threads_polls(struct threads_ioq *tq)
 
 	do {
 		n = epoll_wait(tq->epfd, ev, ARRAY_SIZE(ev), 0);
+		tq->batch = ev;
+		tq->batch_n = n;
 		for (int i = 0; i < n; i++) {
 			struct ioq_poll *p = ev[i].data.ptr;
 			unsigned int got = ev[i].events & (POLLIN | POLLOUT);
 
 			if (!p)
-				continue; /* efd: read by the caller */
+				continue; /* efd (the caller's), or deleted */
 			if (ev[i].events & (EPOLLERR | EPOLLHUP))
 				got |= POLLERR | (p->events & (POLLIN | POLLOUT));
 			/* One-shot, like io_uring's: the callback re-arms. */
 			p->fn(p, got);
 			done++;
 		}
+		tq->batch_n = 0;
 	} while (n == (int)ARRAY_SIZE(ev));
 	return done;
 }
@@ -284,6 +293,9 @@ static void threads_poll_del(struct ioq *q, struct ioq_poll *p)
 
 	if (!p->added)
 		return;
+	for (int i = 0; i < tq->batch_n; i++)
+		if (tq->batch[i].data.ptr == p)
+			tq->batch[i].data.ptr = NULL;
 	(void)epoll_ctl(tq->epfd, EPOLL_CTL_DEL, p->fd, NULL);
 	p->added = false;
 	tq->nr_polls--;

@@ -16,6 +16,9 @@
  *  - ioq_poll_del, then the poll freed at once (a remote connection
  *    replaced on its queue): what was armed, fired or cancelled, never
  *    reaches the freed memory (ASan) nor a callback;
+ *  - two polls ready in the same reap, the first one's callback deleting
+ *    and freeing the other (a connection replaced on its queue): the
+ *    other's event goes nowhere;
  *  - io_uring: a poll the kernel cancels by itself (here through
  *    IORING_REGISTER_SYNC_CANCEL on the ring, from outside the backend)
  *    is armed again: data after it still runs the callback;
@@ -37,12 +40,26 @@
 #include "unit.h"
 
 static unsigned int calls, last_events;
+static struct ioq_poll *last_poll;
 
 static void poll_cb(struct ioq_poll *p, unsigned int revents)
 {
-	(void)p;
 	calls++;
 	last_events = revents;
+	last_poll = p;
+}
+
+/* Two polls; the first to be called deletes and frees the other. */
+static struct ioq_poll *pair[2];
+static struct ioq *pair_q;
+
+static void pair_cb(struct ioq_poll *p, unsigned int revents)
+{
+	struct ioq_poll *other = pair[p == pair[0]];
+
+	poll_cb(p, revents);
+	ioq_poll_del(pair_q, other);
+	free(other);
 }
 
 static bool fd_readable(int fd)
@@ -127,7 +144,7 @@ static void run(enum ioq_backend be)
 	struct ioq_poll p = { .fd = -1, .fn = poll_cb };
 	struct ioq_poll *hp;
 	unsigned int before;
-	int a[2], b[2], c[2], efd;
+	int a[2], b[2], c[2], d[2], efd;
 	struct ioq *q;
 	char buf[64];
 	int r;
@@ -145,6 +162,7 @@ static void run(enum ioq_backend be)
 	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, a), 0);
 	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, b), 0);
 	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, c), 0);
+	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, d), 0);
 	calls = 0;
 
 	/* Nothing ready. */
@@ -212,6 +230,29 @@ static void run(enum ioq_backend be)
 	settle(q);
 	CHECK_EQ(calls, 4);
 
+	/* Two ready at once, the first deleting the second. */
+	CHECK_EQ(read(c[0], buf, sizeof(buf)), 4); /* "gone", above */
+	pair_q = q;
+	for (int i = 0; i < 2; i++) {
+		pair[i] = calloc(1, sizeof(*pair[i]));
+		CHECK(pair[i]);
+		pair[i]->fd = i ? d[0] : c[0];
+		pair[i]->events = POLLIN;
+		pair[i]->fn = pair_cb;
+		CHECK_EQ(ioq_poll_set(q, pair[i]), 0);
+	}
+	ioq_flush(q);
+	CHECK_EQ(write(c[1], "1", 1), 1);
+	CHECK_EQ(write(d[1], "2", 1), 1);
+	usleep(10000);
+	reap_until_called(q, 5);
+	settle(q);
+	CHECK_EQ(calls, 5);
+	ioq_poll_del(q, last_poll);
+	free(last_poll);
+	CHECK_EQ(read(c[0], buf, sizeof(buf)), 1);
+	CHECK_EQ(read(d[0], buf, sizeof(buf)), 1);
+
 	/* Cancelled, but not by its owner: still watched. */
 	if (be == IOQ_IO_URING) {
 		CHECK_EQ(ioq_poll_set(q, &p), 0);
@@ -224,8 +265,8 @@ static void run(enum ioq_backend be)
 		} else {
 			CHECK(r >= 1);
 			settle(q);
-			CHECK_EQ(calls, 4);
-			data_reported(q, b, "again", 5);
+			CHECK_EQ(calls, 5);
+			data_reported(q, b, "again", 6);
 		}
 	}
 
@@ -246,6 +287,8 @@ static void run(enum ioq_backend be)
 	close(b[0]);
 	close(c[0]);
 	close(c[1]);
+	close(d[0]);
+	close(d[1]);
 	ioq_set_current(NULL);
 	ioq_destroy(q);
 	printf("ioq-poll: %s ok\n", ioq_backend_name(be));
