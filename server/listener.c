@@ -371,6 +371,12 @@ void listeners_start(struct ev_loop *loop, struct server *srv)
 		ev_io_start(loop, &listeners[i].io);
 }
 
+void listeners_unlink(void)
+{
+	if (unix_path_bound)
+		unlink(unix_path_bound);
+}
+
 void listeners_close(struct ev_loop *loop)
 {
 	ev_timer_stop(loop, &backoff);

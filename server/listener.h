@@ -48,6 +48,13 @@ int listen_unix_check(const char *path, char *errbuf, size_t errlen);
 /** listeners_start - accept on @loop, handing sockets to @srv's workers. */
 void listeners_start(struct ev_loop *loop, struct server *srv);
 
+/**
+ * listeners_unlink - remove the unix socket file this process bound, if
+ * any (a start that fails: no server will accept on it); never one a
+ * service manager passed.
+ */
+void listeners_unlink(void);
+
 /** listeners_close - stop accepting; remove the unix socket file. */
 void listeners_close(struct ev_loop *loop);
 

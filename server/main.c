@@ -105,6 +105,12 @@ static bool die_closes_images;
 static bool die_unmakes;
 /* ... and the trace file, when this start made it. */
 static const char *die_unmakes_trace;
+/*
+ * The pidfile, once written: a start that fails after it, like one that
+ * fails after binding its sockets, leaves nothing behind that names a
+ * server which is not there.
+ */
+static const char *die_unlinks_pidfile;
 
 static void die(const char *fmt, ...)
 {
@@ -115,6 +121,10 @@ static void die(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+	listeners_unlink();
+	srv_stats_unlink();
+	if (die_unlinks_pidfile)
+		unlink(die_unlinks_pidfile);
 	if (die_unmakes) {
 		nbdl_exports_unmake(srv.exports, srv.nr_exports);
 		if (die_unmakes_trace)
@@ -853,6 +863,7 @@ static void write_pidfile(const char *path)
 	if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) ||
 	    rename(tmp, path))
 		die("pidfile %s: %s", path, strerror(errno));
+	die_unlinks_pidfile = path;
 }
 
 /* Fork; the parent exits 0 once the child says it is serving. */
@@ -1081,8 +1092,7 @@ static void run_as_resolve(const struct srv_options *o, struct run_as *ra)
  * directory lets USER (a sticky /tmp, a directory USER owns).
  */
 static void drop_privileges(const struct run_as *ra, const char *socket,
-			    bool own_socket, const char *pidfile,
-			    const char *stats)
+			    const char *pidfile, const char *stats)
 {
 	uid_t owner = ra->user ? ra->uid : (uid_t)-1;
 	int r;
@@ -1111,15 +1121,8 @@ static void drop_privileges(const struct run_as *ra, const char *socket,
 	if (ra->user && ra->uid != 0 && (setuid(0) == 0 || geteuid() == 0))
 		die("-u %s: could not drop root", ra->user);
 	/* Checked at start already, but as root: now as who writes them. */
-	if (stats && (r = nbdl_stats_probe(stats))) {
-		if (socket && own_socket)
-			unlink(socket);
-		if (srv_stats_control_path())
-			unlink(srv_stats_control_path());
-		if (pidfile)
-			unlink(pidfile);
+	if (stats && (r = nbdl_stats_probe(stats)))
 		die("--stats %s: %s", stats, strerror(-r));
-	}
 	nbdl_log(NBDL_INFO, "running as uid %u, gid %u", (unsigned int)getuid(),
 		 (unsigned int)getgid());
 }
@@ -1299,8 +1302,7 @@ int main(int argc, char **argv)
 
 	if (cl.pidfile)
 		write_pidfile(cl.pidfile);
-	drop_privileges(&run_as, o.socket, !activated, cl.pidfile,
-			o.stats_file);
+	drop_privileges(&run_as, o.socket, cl.pidfile, o.stats_file);
 	log_startup(conf ? conf->exports : &cmdline_export, &o, activated);
 	/* After any fork (daemonize): a mirror's rebuild is a thread. */
 	for (unsigned int i = 0; i < srv.nr_exports; i++)

@@ -299,6 +299,12 @@ const char *srv_stats_control_path(void)
 	return control_path;
 }
 
+void srv_stats_unlink(void)
+{
+	if (control_fd >= 0 && control_path)
+		unlink(control_path);
+}
+
 void srv_stats_start(struct ev_loop *loop, struct server *srv,
 		     const struct srv_options *o)
 {

@@ -22,6 +22,9 @@ int srv_stats_open(const struct srv_options *o, const char *pidfile,
 /* The control socket's path (for chown), or NULL. */
 const char *srv_stats_control_path(void);
 
+/* A start that failed: remove the control socket, if this process bound it. */
+void srv_stats_unlink(void);
+
 /* Serving: SIGUSR1, the control socket, the --stats-interval timer. */
 void srv_stats_start(struct ev_loop *loop, struct server *srv,
 		     const struct srv_options *o);

@@ -15,6 +15,9 @@
 #    the three keep working, and a slot freed by a leaving client is used;
 #  - a second bionbd on the same -U socket exits 1 naming it and the first
 #    keeps serving; a socket left by a killed server is replaced;
+#  - a start that fails after binding its -U socket (its TCP port taken,
+#    its control socket's directory missing) exits 1 and leaves neither
+#    that socket nor the pidfile's control socket behind;
 #  - under ulimit -n 64 with 200 idle connections the server spins no core
 #    (< 10% over 3 s) and keeps serving its existing client.
 source "$(dirname "$0")/functions.sh"
@@ -82,6 +85,35 @@ nbdinfo --size "nbd+unix:///?socket=$first_sock" >/dev/null ||
 kill -TERM "$third"
 wait "$third" || die "bionbd on the replaced socket: exit status $?"
 log "ok stale socket replaced"
+
+# ---- a start that fails after its sockets are bound removes them
+start_bg python3 -c 'import socket, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(1)
+print(s.getsockname()[1], flush=True)
+time.sleep(600)' >"$d/busy.port"
+for ((n = 0; n < 200; n++)); do
+    [[ -s $d/busy.port ]] && break
+    sleep 0.05
+done
+busy_port=$(<"$d/busy.port")
+[[ $busy_port =~ ^[0-9]+$ ]] || die "no port held for the port-in-use case"
+late_fails() {
+    local rc=0
+    timeout 20 "$BIONBD" -f -t 1 -U "$d/late.sock" "$@" "$d/m0" "$d/m1" \
+        </dev/null >"$d/late.err" 2>&1 || rc=$?
+    [[ $rc -eq 1 ]] || die "exit status $rc, expected 1: $*"
+    [[ $(wc -l <"$d/late.err") -eq 1 ]] || die "expected one line: $*"
+    [[ ! -e $d/late.sock ]] || die "a failed start left its -U socket: $*"
+    [[ ! -e $d/late.pid && ! -e $d/late.pid.ctl ]] ||
+        die "a failed start left its pidfile or control socket: $*"
+}
+late_fails -P "$d/late.pid" -p "$busy_port"
+expect_grep "port $busy_port: Address already in use" "$d/late.err"
+late_fails --control "$d/no/such/dir/c.sock"
+expect_grep "c.sock: No such file or directory" "$d/late.err"
+log "ok a failed start leaves no socket behind"
 
 # ---- out of file descriptors
 d=$tmp/fds
