@@ -632,6 +632,10 @@ static struct origin origins[] = {
 	{ .key = "tls" },	      { .key = "tls-certificates" },
 	{ .key = "tls-psk" },	      { .key = "tls-verify-peer" },
 	{ .key = "stats" },	      { .key = "stats-interval" },
+	{ .key = "user" },	      { .key = "group" },
+	{ .key = "listen" },	      { .key = "port" },
+	{ .key = "socket" },	      { .key = "control" },
+	{ .key = "trace" },
 };
 static const char *origin_file; /* the config file's path */
 
@@ -694,6 +698,21 @@ die_setting(const char *key, const char *fmt, ...)
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
 	die("%s: %s", name, why);
+}
+
+/*
+ * Fail on @key with @msg, which names the value already (a path, an
+ * address): set by a line of the file, that line goes in front of it
+ * ("FILE:LINE: [server] key=value: msg"); a flag, or no setting at all (a
+ * default), leaves @msg as it is.
+ */
+static void __attribute__((noreturn)) die_at(const char *key, const char *msg)
+{
+	const struct origin *w = origin(key);
+
+	if (!w->flag && w->line)
+		die_setting(key, "%s", msg);
+	die("%s", msg);
 }
 
 /*
@@ -824,7 +843,7 @@ static void check_socket(const struct srv_options *o)
 	char err[512];
 
 	if (o->socket && listen_unix_check(o->socket, err, sizeof(err)))
-		die("%s", err);
+		die_at("socket", err);
 }
 
 /*
@@ -999,6 +1018,7 @@ static void tls_setup(const struct srv_options *o)
 {
 	bool creds = o->tls_certificates || o->tls_psk;
 	char err[1024], other[1024];
+	const char *which;
 
 	if (o->tls_verify_peer && !o->tls_certificates)
 		die_setting("tls-verify-peer",
@@ -1026,8 +1046,11 @@ static void tls_setup(const struct srv_options *o)
 				     "tls-certificates = DIR or tls-psk = "
 				     "FILE"));
 	if (srv_tls_load(&srv.tls, o->tls_certificates, o->tls_psk,
-			 o->tls_verify_peer, err, sizeof(err)))
+			 o->tls_verify_peer, &which, err, sizeof(err))) {
+		if (which)
+			die_setting(which, "%s", err);
 		die("%s", err);
+	}
 }
 
 /* A user or group by name, or by number. */
@@ -1077,12 +1100,13 @@ static void run_as_resolve(const struct srv_options *o, struct run_as *ra)
 	if (!ra->set)
 		return;
 	if (o->user && !lookup_id(o->user, false, &ra->uid, &pgid))
-		die("-u %s: no such user", o->user);
+		die_setting("user", "no such user");
 	ra->gid = pgid;
 	if (o->group && !lookup_id(o->group, true, &ra->gid, &pgid))
-		die("-g %s: no such group", o->group);
+		die_setting("group", "no such group");
 	if (geteuid() != 0)
-		die("-u/-g: bionbd must be started as root to change user");
+		die_setting(o->user ? "user" : "group",
+			    "bionbd must be started as root to change user");
 }
 
 /*
@@ -1122,7 +1146,8 @@ static void drop_privileges(const struct run_as *ra, const char *socket,
 		die("-u %s: could not drop root", ra->user);
 	/* Checked at start already, but as root: now as who writes them. */
 	if (stats && (r = nbdl_stats_probe(stats)))
-		die("--stats %s: %s", stats, strerror(-r));
+		die_setting("stats", "%s (as uid %u)", strerror(-r),
+			    (unsigned int)getuid());
 	nbdl_log(NBDL_INFO, "running as uid %u, gid %u", (unsigned int)getuid(),
 		 (unsigned int)getgid());
 }
@@ -1232,28 +1257,34 @@ int main(int argc, char **argv)
 	 * a whole run's counts are lost.
 	 */
 	if (o.stats_file && (r = nbdl_stats_probe(o.stats_file)))
-		die("--stats %s: %s", o.stats_file, strerror(-r));
+		die_setting("stats", "%s", strerror(-r));
 	if (o.trace_file) {
 		bool made = access(o.trace_file, F_OK) != 0;
+		char msg[1100];
 
-		if (trace_open(o.trace_file, o.trace_buffer, err, sizeof(err)))
-			die("trace: %s", err);
+		if (trace_open(o.trace_file, o.trace_buffer, err, sizeof(err))) {
+			snprintf(msg, sizeof(msg), "trace: %s", err);
+			die_at("trace", msg);
+		}
 		if (made)
 			die_unmakes_trace = o.trace_file;
 	}
 	if (!activated && o.socket && listen_unix(o.socket, err, sizeof(err)))
-		die("%s", err);
+		die_at("socket", err);
 	if (!activated && (!o.socket || o.listen || o.port) &&
 	    listen_tcp(o.listen ? o.listen : SRV_DEFAULT_LISTEN,
 		       o.port ? o.port : SRV_DEFAULT_PORT, err, sizeof(err)))
-		die("%s", err);
+		die_at(given("listen") ? "listen" : "port", err);
 
 	if (srv_stats_open(&o, cl.pidfile, err, sizeof(err))) {
+		char msg[1100];
+
 		if (!o.control && cl.pidfile)
 			die("-P %s: the control socket beside it (--control "
 			    "puts it elsewhere): %s",
 			    cl.pidfile, err);
-		die("control socket: %s", err);
+		snprintf(msg, sizeof(msg), "control socket: %s", err);
+		die_at("control", msg);
 	}
 
 	if (!cl.foreground)

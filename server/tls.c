@@ -115,7 +115,7 @@ static int psk_load(struct srv_tls *t, const char *path, char *err,
 
 	if (!f) {
 		r = -errno;
-		snprintf(err, errlen, "--tls-psk %s: %s", path, strerror(-r));
+		snprintf(err, errlen, "%s", strerror(-r));
 		return r;
 	}
 	while (fgets(line, sizeof(line), f)) {
@@ -125,8 +125,7 @@ static int psk_load(struct srv_tls *t, const char *path, char *err,
 		lineno++;
 		n = strcspn(line, "\r\n");
 		if (line[n] == 0 && !feof(f)) {
-			snprintf(err, errlen, "--tls-psk %s:%u: line too long",
-				 path, lineno);
+			snprintf(err, errlen, "line %u: too long", lineno);
 			r = -EINVAL;
 			goto out;
 		}
@@ -139,9 +138,9 @@ static int psk_load(struct srv_tls *t, const char *path, char *err,
 		if (!colon || colon == line || !n || n % 2 ||
 		    strspn(hex, "0123456789abcdefABCDEF") != n) {
 			snprintf(err, errlen,
-				 "--tls-psk %s:%u: expected identity:hexkey "
-				 "(as psktool writes)",
-				 path, lineno);
+				 "line %u: expected identity:hexkey (as "
+				 "psktool writes)",
+				 lineno);
 			r = -EINVAL;
 			goto out;
 		}
@@ -154,10 +153,10 @@ static int psk_load(struct srv_tls *t, const char *path, char *err,
 	}
 	if (ferror(f)) {
 		r = -EIO;
-		snprintf(err, errlen, "--tls-psk %s: read error", path);
+		snprintf(err, errlen, "read error");
 	} else if (!t->nr_keys) {
 		r = -EINVAL;
-		snprintf(err, errlen, "--tls-psk %s: no keys in the file", path);
+		snprintf(err, errlen, "no keys in the file");
 	}
 out:
 	fclose(f);
@@ -189,7 +188,7 @@ static bool exists(const char *path)
 }
 
 static int x509_load(struct srv_tls *t, const char *dir, bool verify_peer,
-		     char *err, size_t errlen)
+		     const char **which, char *err, size_t errlen)
 {
 	char cert[4096], key[4096], ca[4096], crl[4096];
 	struct stat st;
@@ -198,7 +197,7 @@ static int x509_load(struct srv_tls *t, const char *dir, bool verify_peer,
 	errno = 0;
 	st.st_mode = 0;
 	if (stat(dir, &st) || !S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "--tls-certificates %s: %s", dir,
+		snprintf(err, errlen, "%s",
 			 errno ? strerror(errno) : "not a directory");
 		return -EINVAL;
 	}
@@ -213,24 +212,29 @@ static int x509_load(struct srv_tls *t, const char *dir, bool verify_peer,
 	r = gnutls_certificate_set_x509_key_file(t->x509, cert, key,
 						 GNUTLS_X509_FMT_PEM);
 	if (r < 0) {
-		snprintf(err, errlen,
-			 "--tls-certificates %s: server-cert.pem and "
-			 "server-key.pem: %s",
-			 dir, gnutls_strerror(r));
+		snprintf(err, errlen, "server-cert.pem and server-key.pem: %s",
+			 gnutls_strerror(r));
 		return -EINVAL;
 	}
 	if (exists(ca)) {
 		r = gnutls_certificate_set_x509_trust_file(t->x509, ca,
 							   GNUTLS_X509_FMT_PEM);
-		if (r < 0) {
-			snprintf(err, errlen, "--tls-certificates %s: %s",
-				 ca, gnutls_strerror(r));
+		/*
+		 * A file with no certificate in it is no CA: with
+		 * --tls-verify-peer every client would be refused, for a
+		 * reason found only when one connects.
+		 */
+		if (r <= 0) {
+			snprintf(err, errlen, "ca-cert.pem: %s",
+				 r ? gnutls_strerror(r) :
+				     "no certificate in it");
 			return -EINVAL;
 		}
 	} else if (verify_peer) {
+		*which = "tls-verify-peer";
 		snprintf(err, errlen,
-			 "--tls-verify-peer: %s missing: nothing to verify "
-			 "client certificates against",
+			 "%s missing: nothing to verify client certificates "
+			 "against",
 			 ca);
 		return -EINVAL;
 	}
@@ -238,8 +242,8 @@ static int x509_load(struct srv_tls *t, const char *dir, bool verify_peer,
 		r = gnutls_certificate_set_x509_crl_file(t->x509, crl,
 							 GNUTLS_X509_FMT_PEM);
 		if (r < 0) {
-			snprintf(err, errlen, "--tls-certificates %s: %s",
-				 crl, gnutls_strerror(r));
+			snprintf(err, errlen, "ca-crl.pem: %s",
+				 gnutls_strerror(r));
 			return -EINVAL;
 		}
 	}
@@ -261,34 +265,39 @@ static bool cpu_fast_aes(void)
 }
 
 int srv_tls_load(struct srv_tls **out, const char *certdir,
-		 const char *pskfile, bool verify_peer, char *err,
-		 size_t errlen)
+		 const char *pskfile, bool verify_peer, const char **which,
+		 char *err, size_t errlen)
 {
 	struct srv_tls *t = calloc(1, sizeof(*t));
 	char prio[128];
 	int r;
 
+	*which = NULL;
 	if (!t) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	t->verify_peer = verify_peer;
 	if (verify_peer && !certdir) {
+		*which = "tls-verify-peer";
 		snprintf(err, errlen,
-			 "--tls-verify-peer: needs --tls-certificates (its "
-			 "ca-cert.pem signs the client certificates)");
+			 "needs a certificate directory (its ca-cert.pem "
+			 "signs the client certificates)");
 		r = -EINVAL;
 		goto fail;
 	}
 	if (certdir) {
-		r = x509_load(t, certdir, verify_peer, err, errlen);
+		*which = "tls-certificates";
+		r = x509_load(t, certdir, verify_peer, which, err, errlen);
 		if (r)
 			goto fail;
 	}
 	if (pskfile) {
+		*which = "tls-psk";
 		r = psk_load(t, pskfile, err, errlen);
 		if (r)
 			goto fail;
+		*which = NULL;
 		if (gnutls_psk_allocate_server_credentials(&t->psk)) {
 			snprintf(err, errlen, "out of memory");
 			r = -ENOMEM;
@@ -309,6 +318,7 @@ int srv_tls_load(struct srv_tls **out, const char *certdir,
 		 cpu_fast_aes() ? ":%SERVER_PRECEDENCE:-CHACHA20-POLY1305"
 				  ":+CHACHA20-POLY1305" :
 				  "");
+	*which = NULL;
 	r = gnutls_priority_init(&t->prio, prio, NULL);
 	if (r < 0) {
 		snprintf(err, errlen, "TLS priority: %s", gnutls_strerror(r));

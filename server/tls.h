@@ -43,12 +43,15 @@ const char *srv_tls_mode_name(enum srv_tls_mode mode);
  * @pskfile: NULL, or a psktool file: lines of "identity:hexkey"
  * @verify_peer: clients must present a certificate ca-cert.pem signed
  *
- * At least one of @certdir and @pskfile.  On failure @err says which file
- * and what is wrong with it.  Returns 0 or -errno.
+ * At least one of @certdir and @pskfile.  On failure *@which is the
+ * setting at fault ("tls-certificates", "tls-psk", "tls-verify-peer"; NULL
+ * for none of them) and @err says what is wrong, for the caller to put
+ * after that setting as the user gave it (a flag, or a line of the
+ * configuration file).  Returns 0 or -errno.
  */
 int srv_tls_load(struct srv_tls **out, const char *certdir,
-		 const char *pskfile, bool verify_peer, char *err,
-		 size_t errlen);
+		 const char *pskfile, bool verify_peer, const char **which,
+		 char *err, size_t errlen);
 void srv_tls_free(struct srv_tls *t);
 
 /* A server session on @fd (non-blocking).  Returns 0 or -errno. */

@@ -14,7 +14,9 @@
 # exit 1.  Config errors (missing member, stripe size not a power of two,
 # unknown key, duplicate member or export, bad size, --stats-interval
 # without --stats, -P in a missing directory, ...): exit 1 with one line
-# naming the option or key and the value, and nothing created.  Both
+# naming the option or key and the value (a [server] key by its file and
+# line, also a user, path or address found wrong only when it is used),
+# and nothing created, no socket left either.  Both
 # backends where it matters.
 source "$(dirname "$0")/functions.sh"
 
@@ -275,6 +277,20 @@ conf interval <<'EOF'
     file = a.img
 EOF
 refuse '[^ ]*interval\.conf:3: \[server\] stats-interval=5: needs stats = FILE' -c "$c/interval.conf"
+# A [server] setting found wrong only when it is used (a path, a user,
+# an address) is named by its line as well, not as the flag it stands for.
+server_key() { # KEY VALUE PATTERN: refused, naming the line KEY = VALUE
+    printf '[server]\n    %s = %s\n[export one]\n    file = a.img\n' \
+        "$1" "$2" >"$c/key-$1.conf"
+    refuse "[^ ]*key-$1\.conf:2: \[server\] $1=$3" -c "$c/key-$1.conf"
+    rm "$c/key-$1.conf"
+}
+server_key user no-such-user-here 'no-such-user-here: no such user$'
+server_key group no-such-group-here 'no-such-group-here: no such group$'
+server_key stats no/dir/s.json 'no/dir/s\.json: No such file or directory$'
+server_key trace no/dir/t 'no/dir/t: trace: .*No such file or directory$'
+server_key control no/dir/c.sock 'no/dir/c\.sock: control socket: .*No such file or directory$'
+server_key listen 999.1.1.1 '999\.1\.1\.1: listen 999\.1\.1\.1 port'
 conf missing <<'EOF'
 [export one]
     file = nope.img

@@ -20,7 +20,9 @@
 # Configuration mistakes are one line and exit 1, naming the flag or the
 # file's line: --tls-verify-peer without --tls-certificates (also with no
 # credentials at all, which once served plain text), credentials under
-# --tls off, tls = on without credentials in a file.
+# --tls off, tls = on without credentials in a file, a ca-cert.pem with
+# no certificate in it, and credentials that cannot be read, named by the
+# file's line when the file gave them.
 source "$(dirname "$0")/functions.sh"
 
 requires_nbdpy
@@ -142,7 +144,7 @@ bad_tls --tls-psk "$tmp/no-such.psk"
 expect_grep "no-such.psk" "$tmp/bad.err"
 printf 'alice:12345\n' >"$tmp/odd.psk"
 bad_tls --tls-psk "$tmp/odd.psk"
-expect_grep "odd.psk:1: expected identity:hexkey" "$tmp/bad.err"
+expect_grep "^bionbd: --tls-psk $tmp/odd\.psk: line 1: expected identity:hexkey" "$tmp/bad.err"
 bad_tls --tls-certificates "$tmp/no-such-dir"
 expect_grep "no-such-dir" "$tmp/bad.err"
 bad_tls --tls-certificates "$K/client"
@@ -152,6 +154,11 @@ bad_tls --tls-certificates "$tmp/noca" --tls-verify-peer
 expect_grep "ca-cert.pem missing" "$tmp/bad.err"
 bad_tls --tls-psk "$K/psk/keys.psk" --tls-verify-peer
 expect_grep "needs --tls-certificates" "$tmp/bad.err"
+# A ca-cert.pem with no certificate in it would refuse every client.
+mkdir -p "$tmp/junkca" && cp "$K/server/server-"*.pem "$tmp/junkca/"
+echo junk >"$tmp/junkca/ca-cert.pem"
+bad_tls --tls-certificates "$tmp/junkca" --tls-verify-peer
+expect_grep "^bionbd: --tls-certificates $tmp/junkca: ca-cert\.pem: no certificate in it$" "$tmp/bad.err"
 # Settings that would leave a server in plain text while it looks
 # protected: --tls-verify-peer with no credentials at all, and TLS
 # credentials under --tls off.
@@ -188,6 +195,13 @@ bad_conf "^bionbd: $tmp/bad.conf:2: \[server\] tls=off: contradicts tls-psk=$K/p
     "[server]\ntls = off\ntls-psk = $K/psk/keys.psk\n"
 bad_conf "^bionbd: --tls off: contradicts tls-psk=$K/psk/keys\.psk \($tmp/bad.conf:2\): " \
     "[server]\ntls-psk = $K/psk/keys.psk\n" --tls off
+# Credentials that cannot be read: named by their line, as written.
+bad_conf "^bionbd: $tmp/bad.conf:3: \[server\] tls-certificates=no-such-dir: No such file or directory$" \
+    '[server]\n# relative to the file\ntls-certificates = no-such-dir\n'
+bad_conf "^bionbd: $tmp/bad.conf:2: \[server\] tls-psk=odd\.psk: line 1: expected identity:hexkey" \
+    '[server]\ntls-psk = odd.psk\n'
+bad_conf "^bionbd: $tmp/bad.conf:3: \[server\] tls-verify-peer=true: $tmp/noca/ca-cert\.pem missing" \
+    '[server]\ntls-certificates = noca\ntls-verify-peer = true\n'
 
 log "[server] keys: relative tls-psk path, tls defaults to require"
 mkdir -p "$tmp/conf"
