@@ -3,7 +3,8 @@
 # Description: the manual pages built from docs/*.pod (docs/CMakeLists.txt)
 # render with man(1) without a warning, and say what the programs do: every
 # option of "bionbd --help" (short and long form) is an item of bionbd(8)'s
-# OPTIONS and every item there is in --help; every parameter of the
+# OPTIONS and every item there is in --help, and its usage lines name the
+# options of the SYNOPSIS; every parameter of the
 # plugin's config help (nbdkit PLUGIN --help) is an item of
 # nbdkit-bio-plugin(1)'s PARAMETERS and the other way round; every
 # [server] key and every export key that bionbd accepts (as its message
@@ -104,6 +105,18 @@ section "$tmp/bionbd.txt" OPTIONS |
     grep -E -- '^ {7}(-[A-Za-z0-9]( [A-Z][A-Z_]*)?, )?--?[A-Za-z0-9][-A-Za-z0-9]*( [A-Z][A-Z_]*)?$' |
     option_names >"$tmp/page.opts"
 same_sets "options" "bionbd --help" "$tmp/help.opts" "bionbd(8) OPTIONS" "$tmp/page.opts"
+
+# The usage lines of --help (up to the first blank line) and the SYNOPSIS
+# name the same options ("[-f]", "[--no-lock]"; the page adds the lines
+# "bionbd --help" and "bionbd --version").
+usage_names() {
+    grep -oE -- '(^|[][ ,|])--?[A-Za-z][-A-Za-z0-9]*' | sed -E 's/^[][ ,|]//'
+}
+{ awk '/^$/ { exit } 1' "$tmp/help.txt" | usage_names; echo --help; echo --version; } \
+    >"$tmp/usage.opts"
+section "$tmp/bionbd.txt" SYNOPSIS | usage_names >"$tmp/synopsis.opts"
+same_sets "usage" "bionbd --help's usage" "$tmp/usage.opts" "bionbd(8) SYNOPSIS" \
+    "$tmp/synopsis.opts"
 
 log "(c) the plugin's config help and the PARAMETERS of nbdkit-bio-plugin(1)"
 if command -v nbdkit >/dev/null 2>&1; then
