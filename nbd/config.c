@@ -433,6 +433,16 @@ struct parser {
 	enum section sec;
 	unsigned int cur; /* index of the current export */
 	unsigned int server_line;
+	/*
+	 * The current export's keys given so far that may be given once
+	 * (conf_key_repeats), with their lines: a second one is refused,
+	 * not silently taken over the first.
+	 */
+	struct {
+		char key[24];
+		unsigned int line;
+	} seen[16];
+	unsigned int nr_seen;
 	int err; /* first error, 0 = none */
 	unsigned int err_line;
 	char *errbuf;
@@ -482,6 +492,40 @@ static int add_export(struct parser *p, const char *name)
 		return r;
 	v[c->nr_exports].line = p->line;
 	p->cur = c->nr_exports++;
+	p->nr_seen = 0;
+	return 0;
+}
+
+/* Keys an export may give on several lines: the others, once. */
+static bool conf_key_repeats(const char *key)
+{
+	return !strcmp(key, "file") || !strcmp(key, "spare") ||
+	       !strcmp(key, "fault") || !strcmp(key, "delay");
+}
+
+/*
+ * @key of the current section given before: the line it was given on,
+ * else 0, and from now on it has been.  Every [server] key is given once.
+ */
+static unsigned int key_given_before(struct parser *p, const char *key)
+{
+	if (p->sec == SEC_SERVER) {
+		for (unsigned int i = 0; i < p->c->nr_server_keys; i++)
+			if (!strcmp(p->c->server_keys[i].key, key))
+				return p->c->server_keys[i].line;
+		return 0;
+	}
+	if (conf_key_repeats(key))
+		return 0;
+	for (unsigned int i = 0; i < p->nr_seen; i++)
+		if (!strcmp(p->seen[i].key, key))
+			return p->seen[i].line;
+	/* Known keys only get here (one each), and fit. */
+	if (p->nr_seen < sizeof(p->seen) / sizeof(p->seen[0]) &&
+	    strlen(key) < sizeof(p->seen[0].key)) {
+		strcpy(p->seen[p->nr_seen].key, key);
+		p->seen[p->nr_seen++].line = p->line;
+	}
 	return 0;
 }
 
@@ -590,9 +634,22 @@ static char *conf_reader(char *str, int num, void *stream)
 			if (*close == ';' && isspace((unsigned char)close[-1]))
 				break;
 		if (*close == ']') {
-			/* Not truncated: a long name must reach its check. */
-			char *hdr = strndup(str + 1, close - (str + 1));
+			const char *after = close + 1;
+			char *hdr;
 
+			/* After the header only a comment: " ;" or ";". */
+			after += strspn(after, " \t\r\n");
+			if (*after && *after != ';') {
+				fail(p, -EINVAL,
+				     "%s:%u: syntax error: '%.*s' after the "
+				     "section header [%.*s]",
+				     p->name, p->line,
+				     (int)strcspn(after, "\r\n"), after,
+				     (int)(close - str - 1), str + 1);
+				return NULL;
+			}
+			/* Not truncated: a long name must reach its check. */
+			hdr = strndup(str + 1, close - (str + 1));
 			if (!hdr) {
 				fail(p, -ENOMEM, "%s:%u: out of memory",
 				     p->name, p->line);
@@ -660,8 +717,10 @@ static int conf_handler(void *user, const char *section, const char *key,
 			const char *value)
 {
 	struct parser *p = user;
+	const char *written = value; /* value may become a joined path */
 	char msg[512];
 	char *path = NULL;
+	unsigned int first;
 	int r;
 
 	if (p->err)
@@ -674,6 +733,13 @@ static int conf_handler(void *user, const char *section, const char *key,
 		     p->name, p->line, key, value);
 		return 0;
 	case SEC_SERVER:
+		if ((first = key_given_before(p, key))) {
+			fail(p, -EINVAL,
+			     "%s:%u: [server] %s=%s: given twice (first at "
+			     "line %u)",
+			     p->name, p->line, key, value, first);
+			return 0;
+		}
 		/* Kept as written: the front end that owns them checks them. */
 		if (add_server_key(p->c, key, value, p->line))
 			goto nomem;
@@ -690,6 +756,14 @@ static int conf_handler(void *user, const char *section, const char *key,
 		free(path);
 		if (!r)
 			r = note_line(&p->c->exports[p->cur], key, p->line);
+		if (!r && (first = key_given_before(p, key))) {
+			fail(p, -EINVAL,
+			     "%s:%u: [export %s] %s=%s: given twice (first at "
+			     "line %u)",
+			     p->name, p->line, p->c->exports[p->cur].name, key,
+			     written, first);
+			return 0;
+		}
 		if (r == -ENOMEM)
 			goto nomem;
 		if (r) {

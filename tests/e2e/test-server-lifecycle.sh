@@ -12,12 +12,12 @@
 # SIGTERM removes socket and pidfile.  --help and --version; a mistyped
 # option or a missing argument: getopt's line and "Try 'bionbd --help'.",
 # exit 1.  Config errors (missing member, stripe size not a power of two,
-# unknown key, duplicate member or export, bad size, --stats-interval
-# without --stats, -P in a missing directory, ...): exit 1 with one line
-# naming the option or key and the value (a [server] key by its file and
-# line, also a user, path or address found wrong only when it is used),
-# and nothing created, no socket left either.  Both
-# backends where it matters.
+# unknown key, duplicate member, key or export, text after a section
+# header, bad size, --stats-interval without --stats, -P in a missing
+# directory, ...): exit 1 with one line naming the option or key and the
+# value (a [server] key by its file and line, also a user, path or address
+# found wrong only when it is used), and nothing created, no socket left
+# either.  Both backends where it matters.
 source "$(dirname "$0")/functions.sh"
 
 requires_nbdpy
@@ -327,6 +327,28 @@ conf section <<'EOF'
     file = a.img
 EOF
 refuse 'section\.conf:1.*volume' -c "$c/section.conf"
+# A key given twice, in an export or in [server], is not silently the
+# second line's; nor is text after a section header ignored.
+conf twice <<'EOF'
+[export one]
+    file = a.img
+    size = 4M
+    size = 8M
+EOF
+refuse 'twice\.conf:4: \[export one\] size=8M: given twice \(first at line 3\)' -c "$c/twice.conf"
+conf stwice <<'EOF'
+[server]
+    threads = 1
+    threads = 2
+[export one]
+    file = a.img
+EOF
+refuse 'stwice\.conf:3: \[server\] threads=2: given twice \(first at line 2\)' -c "$c/stwice.conf"
+conf header <<'EOF'
+[export one] size = 4M
+    file = a.img
+EOF
+refuse "header\.conf:1: syntax error: 'size = 4M' after the section header \[export one\]" -c "$c/header.conf"
 # The second export is wrong: the first one's members (which --size would
 # create) must not be created either.
 conf second <<'EOF'

@@ -92,7 +92,7 @@ static void test_good(void)
 		     "read-only = yes\n"
 		     "description = first; export\n"
 		     "\n"
-		     "  [ export  two words ]\n"
+		     "  [ export  two words ] ; a comment after a header\n"
 		     "file = /b/only\n"
 		     "[server]\n"
 		     "listen = ::1\n"
@@ -233,6 +233,15 @@ static void test_bad(void)
 		  "[export a]\nfile = /m\n\n[export b]\nfile = /n\n"
 		  "[export a]\nfile = /o\n",
 		  "t.conf:6:", "duplicate export 'a'", "line 1", NULL);
+	/* a key given twice: the second line is not silently the value */
+	parse_bad(-EINVAL, "[export a]\nfile = /m\nsize = 1M\nsize = 2M\n",
+		  "t.conf:4:", "[export a]", "size=2M", "given twice",
+		  "line 3", NULL);
+	parse_bad(-EINVAL, "[server]\nport = 1\nport = 2\n[export a]\nfile = /m\n",
+		  "t.conf:3:", "[server]", "port=2", "given twice", "line 2",
+		  NULL);
+	parse_bad(-EINVAL, "[export a] junk\nfile = /m\n", "t.conf:1:",
+		  "syntax error", "'junk'", "[export a]", NULL);
 	/* an empty repeated section is still a duplicate */
 	parse_bad(-EINVAL, "[export a]\nfile = /m\n[export a]\n",
 		  "t.conf:3:", "duplicate export 'a'", NULL);
