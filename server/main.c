@@ -948,9 +948,25 @@ static void server_stop(struct ev_loop *loop)
 
 static void stop_cb(struct ev_loop *loop, ev_signal *s, int revents)
 {
-	if (!atomic_load(&srv.stopping))
-		nbdl_log(NBDL_INFO, "%s: shutting down",
-			 strsignal(s->signum));
+	if (atomic_load(&srv.stopping)) {
+		server_stop(loop);
+		return;
+	}
+	/*
+	 * With --run the exit status is the command's: stopped before the
+	 * command ended, the server has none to give, and 0 would tell a CI
+	 * job that its command succeeded.  A shell says the same of a job a
+	 * signal ended.
+	 */
+	if (run_running()) {
+		exit_status = 128 + s->signum;
+		nbdl_log(NBDL_INFO,
+			 "%s: shutting down before the --run command ended "
+			 "(exit status %d)",
+			 strsignal(s->signum), exit_status);
+	} else {
+		nbdl_log(NBDL_INFO, "%s: shutting down", strsignal(s->signum));
+	}
 	server_stop(loop);
 }
 

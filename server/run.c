@@ -136,6 +136,11 @@ static void child_cb(struct ev_loop *loop, ev_child *w, int revents)
 		   WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1);
 }
 
+bool run_running(void)
+{
+	return ev_is_active(&child);
+}
+
 int run_start(struct ev_loop *loop, const char *cmd, const struct run_addr *a,
 	      void (*done)(struct ev_loop *loop, int status))
 {

@@ -38,4 +38,7 @@ char *run_uri(const struct run_addr *a);
 int run_start(struct ev_loop *loop, const char *cmd, const struct run_addr *a,
 	      void (*done)(struct ev_loop *loop, int status));
 
+/** run_running - the command was started and has not exited yet. */
+bool run_running(void);
+
 #endif /* BIONBD_RUN_H */

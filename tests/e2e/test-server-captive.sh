@@ -5,7 +5,8 @@
 # $uri, $unixsocket and $exportname (no $port), and afterwards the server
 # is gone and the socket and its directory with it (also when it could not
 # start: a missing member is one line and exit 1); the command's exit
-# status is bionbd's (7 stays 7, a command killed by SIGKILL gives 137);
+# status is bionbd's (7 stays 7, a command killed by SIGKILL gives 137;
+# bionbd stopped by SIGTERM before its command ended exits 143, not 0);
 # with -U and an export name with a space, $uri percent-encodes it and
 # nbdcopy writes through it and qemu-img reads the same bytes back;
 # --description is what nbdinfo shows; with
@@ -75,6 +76,26 @@ run_captive "$tmp/r2.log" --run 'exit 7' "${m[@]}"
 run_captive "$tmp/r3.log" --run 'kill -KILL $$' "${m[@]}"
 [[ $rc -eq 137 ]] || die "--run killed by SIGKILL: exit $rc, expected 137"
 none_left "--run exit status"
+
+log "--run: bionbd stopped by SIGTERM before its command ended is not a success"
+start_bg "$BIONBD" --run "echo \$\$ >'$tmp/cmd.pid'; exec sleep 60" "${m[@]}" \
+    2>"$tmp/r4.log"
+srv=$BG_PID
+for ((n = 0; n < 200; n++)); do
+    [[ -s $tmp/cmd.pid ]] && break
+    sleep 0.05
+done
+[[ -s $tmp/cmd.pid ]] || die "--run: the command did not start"
+cmd=$(<"$tmp/cmd.pid")
+on_exit "kill $cmd 2>/dev/null"
+kill -TERM "$srv"
+rc=0
+wait "$srv" || rc=$?
+check_sanitizer_log "$tmp/r4.log"
+[[ $rc -eq 143 ]] || die "SIGTERM during --run: exit $rc, expected 143 (128 + SIGTERM)"
+expect_grep "shutting down before the --run command ended \(exit status 143\)" "$tmp/r4.log"
+kill "$cmd"
+none_left "--run stopped by SIGTERM"
 
 log "--run with -U and an export name with a space: nbdcopy in, qemu-img out"
 head -c $((4 << 20)) /dev/urandom >"$tmp/src"
