@@ -61,6 +61,8 @@
 
 static struct conf_export cmdline; /* file=, stripe-size=, ... */
 static unsigned int cmdline_keys;
+/* The first of them, named when conf= makes them all out of place. */
+static char first_cmdline_key[32];
 static char *conf_path;
 static char *export_name;
 static char *stats_path; /* stats=FILE: written at unload */
@@ -490,7 +492,9 @@ static int bio_config(const char *key, const char *value)
 		nbdkit_error("%s", r == -ENOMEM ? "out of memory" : msg);
 		return -1;
 	}
-	cmdline_keys++;
+	if (!cmdline_keys++)
+		snprintf(first_cmdline_key, sizeof(first_cmdline_key), "%s",
+			 key);
 	return 0;
 }
 
@@ -518,10 +522,9 @@ static int bio_config_complete(void)
 		return 0;
 	}
 	if (cmdline_keys) {
-		nbdkit_error(
-		    "conf= cannot be combined with file=, stripe-size=, "
-		    "size=, read-only= or description= (put them in %s)",
-		    conf_path);
+		nbdkit_error("conf= cannot be combined with %s= (nor with "
+			     "the other keys of an export: put them in %s)",
+			     first_cmdline_key, conf_path);
 		return -1;
 	}
 	r = conf_load(&conf, conf_path, msg, sizeof(msg));

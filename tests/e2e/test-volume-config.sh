@@ -7,13 +7,13 @@
 # error, an unknown key, a bad value (size = 0 too) and a duplicate
 # export, each with its line number, an export without member, a missing
 # conf file; and for the plugin an export= not in the conf file, an
-# unknown key, conf= mixed with file=) makes the server exit 1 before
-# serving, with exactly one line of output that names the problem (the
-# line of the key at fault, a member's own), and leaves the member
-# directory exactly as
-# it was: nothing created, extended or truncated, even when other members
-# of the same volume were fine and would have needed creating.  Also the
-# plugin's --help lists every key and --dump-plugin works.
+# unknown key, conf= mixed with file= or another export key, named) makes
+# the server exit 1 before serving, with exactly one line of output that
+# names the problem (the line of the key at fault, a member's own), and
+# leaves the member directory exactly as it was: nothing created,
+# extended or truncated, even when other members of the same volume were
+# fine and would have needed creating.  Also the plugin's --help lists
+# every key and --dump-plugin works.
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -165,7 +165,10 @@ if [[ $SERVER == plugin ]]; then
     }
     refuse "export.*zzz" --conf "$conf" --export zzz
     plugin_refuses "unknown parameter 'colour'" file="$d/m0" colour=blue
-    plugin_refuses "conf= cannot be combined" conf="$conf" file="$d/m1"
+    plugin_refuses "conf= cannot be combined with file=" conf="$conf" file="$d/m1"
+    # Any export key, named: not only the five of old.
+    plugin_refuses "conf= cannot be combined with level=" conf="$conf" level=raid1
+    plugin_refuses "conf= cannot be combined with fault=" conf="$conf" 'fault=member=*'
     plugin_refuses "export= .*no conf=" file="$d/m0" export=a
     plugin_refuses "read-only=perhaps" file="$d/m0" read-only=perhaps
     plugin_refuses "conf= given twice" conf="$conf" conf="$conf"
