@@ -823,6 +823,9 @@ static void check_pidfile(const struct srv_options *o, const char *path)
 	if (access(dir, W_OK | X_OK))
 		die("-P %s: directory %s: %s", path, dir, strerror(errno));
 	free(copy);
+	/* The pid is renamed over it at the end: what rename cannot replace. */
+	if (!stat(path, &st) && S_ISDIR(st.st_mode))
+		die("-P %s: is a directory", path);
 	if (o->control)
 		return;
 	if (snprintf(err, sizeof(err), "%s.ctl", path) >= (int)sizeof(err))
@@ -880,8 +883,14 @@ static void write_pidfile(const char *path)
 		die("pidfile %s: path too long", path);
 	f = fopen(tmp, "w");
 	if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) ||
-	    rename(tmp, path))
-		die("pidfile %s: %s", path, strerror(errno));
+	    rename(tmp, path)) {
+		int e = errno;
+
+		/* The half-made file is ours, and no pidfile. */
+		if (f)
+			unlink(tmp);
+		die("-P %s: %s", path, strerror(e));
+	}
 	die_unlinks_pidfile = path;
 }
 

@@ -257,6 +257,12 @@ refuse '--stats-interval 0: needs --stats FILE' --stats-interval 0 "$c/a.img"
 # socket's that goes beside it.
 refuse "-P $c/no/dir/x\.pid: directory $c/no/dir: No such file or directory$" \
     -P "$c/no/dir/x.pid" --size 4M "$c/new0.img" "$c/new1.img"
+# A directory where the pidfile goes could never be renamed over: said
+# at once, not once serving was all but begun (leaving x.tmp beside it).
+mkdir "$c/pdir"
+refuse "-P $c/pdir: is a directory$" -P "$c/pdir" --size 4M "$c/new0.img" \
+    "$c/new1.img"
+rmdir "$c/pdir"
 long=$c/$(printf 'd%.0s' {1..100})
 mkdir -p "$long"
 refuse "-P $long/x\.pid: the control socket beside it \(--control puts it elsewhere\): .*x\.pid\.ctl: path too long" \
