@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -152,8 +153,12 @@ void nbdl_stats_json(FILE *f, struct nbdl_export *v, unsigned int nr,
 int nbdl_stats_probe(const char *path)
 {
 	char *tmp = NULL;
+	struct stat st;
 	int fd, r = 0;
 
+	/* The file is renamed over @path at the end: a directory stays. */
+	if (!stat(path, &st) && S_ISDIR(st.st_mode))
+		return -EISDIR;
 	if (asprintf(&tmp, "%s.tmp", path) < 0)
 		return -ENOMEM;
 	fd = open(tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);

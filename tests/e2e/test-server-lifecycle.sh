@@ -262,6 +262,7 @@ refuse "-P $c/no/dir/x\.pid: directory $c/no/dir: No such file or directory$" \
 mkdir "$c/pdir"
 refuse "-P $c/pdir: is a directory$" -P "$c/pdir" --size 4M "$c/new0.img" \
     "$c/new1.img"
+refuse "--stats $c/pdir: Is a directory$" --stats "$c/pdir" "$c/a.img"
 rmdir "$c/pdir"
 long=$c/$(printf 'd%.0s' {1..100})
 mkdir -p "$long"
