@@ -232,10 +232,10 @@ static int socket_in_use(const struct sockaddr_un *sa)
 }
 
 /*
- * Fill @sa for @path and look at what is there: 0 nothing (or not a
- * socket: bind says what is wrong), 1 a socket nobody accepts on (left by
- * a killed server), or -errno with a message: too long, or a running
- * server's.
+ * Fill @sa for @path and look at what is there: 0 nothing, 1 a socket
+ * nobody accepts on (left by a killed server), or -errno with a message:
+ * too long, a running server's, or something else than a socket (never
+ * replaced; bind would only say "Address already in use").
  */
 static int unix_probe(const char *path, struct sockaddr_un *sa,
 		      char *errbuf, size_t errlen)
@@ -248,8 +248,13 @@ static int unix_probe(const char *path, struct sockaddr_un *sa,
 		return -ENAMETOOLONG;
 	}
 	strcpy(sa->sun_path, path);
-	if (stat(path, &st) || !S_ISSOCK(st.st_mode))
+	if (stat(path, &st))
 		return 0;
+	if (!S_ISSOCK(st.st_mode)) {
+		snprintf(errbuf, errlen, "unix socket %s: exists and is not a "
+			 "socket", path);
+		return -EEXIST;
+	}
 	r = socket_in_use(sa);
 	if (r) {
 		snprintf(errbuf, errlen, "unix socket %s: %s", path,

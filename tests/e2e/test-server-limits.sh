@@ -18,6 +18,8 @@
 #  - a start that fails after binding its -U socket (its TCP port taken,
 #    its control socket's directory missing) exits 1 and leaves neither
 #    that socket nor the pidfile's control socket behind;
+#  - -U naming a regular file is refused as such, before members are
+#    made, and the file is left alone;
 #  - under ulimit -n 64 with 200 idle connections the server spins no core
 #    (< 10% over 3 s) and keeps serving its existing client.
 source "$(dirname "$0")/functions.sh"
@@ -114,6 +116,20 @@ expect_grep "port $busy_port: Address already in use" "$d/late.err"
 late_fails --control "$d/no/such/dir/c.sock"
 expect_grep "c.sock: No such file or directory" "$d/late.err"
 log "ok a failed start leaves no socket behind"
+
+# Something else than a socket where -U points is never replaced, and is
+# named for what it is before any member is made ("Address already in
+# use", bind's word for it, would send the user looking for a server).
+: >"$d/not-a-socket"
+rc=0
+timeout 20 "$BIONBD" -f -U "$d/not-a-socket" --size 8M "$d/n0" "$d/n1" \
+    </dev/null >"$d/ns.err" 2>&1 || rc=$?
+[[ $rc -eq 1 && $(wc -l <"$d/ns.err") -eq 1 ]] ||
+    die "-U on a regular file: exit $rc: $(cat "$d/ns.err")"
+expect_grep "^bionbd: unix socket $d/not-a-socket: exists and is not a socket$" "$d/ns.err"
+[[ -f $d/not-a-socket && ! -e $d/n0 && ! -e $d/n1 ]] ||
+    die "-U on a regular file: the file or the members changed"
+log "ok -U on a regular file refused, naming it"
 
 # ---- out of file descriptors
 d=$tmp/fds
