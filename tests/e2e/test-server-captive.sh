@@ -10,7 +10,9 @@
 # with -U and an export name with a space, $uri percent-encodes it and
 # nbdcopy writes through it and qemu-img reads the same bytes back;
 # --description is what nbdinfo shows; with
-# -i/-p, $port is set and $uri is nbd://127.0.0.1:PORT/.  Socket
+# -i/-p, $port is set and $uri is nbd://127.0.0.1:PORT/.  A [server]
+# socket key alone is the only listener, like -U alone; with port, TCP is
+# served too.  Socket
 # activation (LISTEN_PID/LISTEN_FDS, as libnbd's "[ CMD ]" starts servers):
 # nbdinfo and nbdcopy get the data through bionbd with and without -f
 # (activation implies it), and no server is left when they return; -U
@@ -125,6 +127,20 @@ run_captive "$tmp/r5.log" -i 127.0.0.1 -p "$port" --run '
 [[ $(head -1 <<<"$out") == "nbd://127.0.0.1:$port/|$port|unset" ]] ||
     die "TCP --run: environment: $out"
 none_left "--run TCP"
+
+log "[server] socket alone is the only listener, like -U alone; with port, TCP too"
+printf '[server]\nsocket = c.sock\n[export one]\nfile = m0\n' >"$tmp/sock.conf"
+run_captive "$tmp/r8.log" -c "$tmp/sock.conf" --run 'echo "$uri|${port-unset}"'
+[[ $rc -eq 0 && $out == "nbd+unix:///one?socket=$tmp/c.sock|unset" ]] ||
+    die "socket key: exit $rc, said '$out': $(cat "$tmp/r8.log")"
+expect_grep "serving on unix socket $tmp/c\.sock; " "$tmp/r8.log"
+printf '[server]\nsocket = c.sock\nport = %s\n[export one]\nfile = m0\n' "$port" \
+    >"$tmp/sock.conf"
+run_captive "$tmp/r8.log" -c "$tmp/sock.conf" --run 'nbdinfo --size "nbd://127.0.0.1:'"$port"'/"'
+[[ $rc -eq 0 && $out == $(stat -c %s "$tmp/m0") ]] ||
+    die "socket and port keys: exit $rc, said '$out': $(cat "$tmp/r8.log")"
+expect_grep "serving on unix socket $tmp/c\.sock, TCP 127\.0\.0\.1:$port; " "$tmp/r8.log"
+none_left "[server] socket"
 
 log "socket activation: nbdinfo and nbdcopy start bionbd themselves"
 for f in -f ''; do
