@@ -884,11 +884,13 @@ int conf_load(struct conf **out, const char *path, char *errbuf, size_t errlen)
 		set_err(errbuf, errlen, "%s: out of memory", path);
 		goto out;
 	}
+	errno = 0;
 	while ((n = fread(text + len, 1, CONF_MAX_FILE_BYTES + 1 - len, f)))
 		len += n;
 	if (ferror(f)) {
-		r = -EIO;
-		set_err(errbuf, errlen, "%s: read error", path);
+		/* Say why (a directory: EISDIR), not only that it failed. */
+		r = errno ? -errno : -EIO;
+		set_err(errbuf, errlen, "%s: %s", path, strerror(-r));
 		goto out;
 	}
 	if (len > CONF_MAX_FILE_BYTES) {

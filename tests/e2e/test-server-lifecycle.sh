@@ -368,5 +368,8 @@ conf second <<'EOF'
 EOF
 refuse 'nope\.img' -c "$c/second.conf"
 refuse 'no such file|No such file|none\.conf' -c "$c/none.conf"
+mkdir "$c/conf.d"
+refuse "$c/conf\.d: Is a directory$" -c "$c/conf.d"
+rmdir "$c/conf.d"
 
 log "PASS"
