@@ -490,7 +490,9 @@ static void exports_from_cmdline(const struct cmdline *cl)
 	char err[1024];
 
 	if (!cl->nr_members)
-		die("no member files given (see --help)");
+		/* The file it would have served, had it been there. */
+		die("no member files given, no -c, and no %s (see --help)",
+		    BIONBD_DEFAULT_CONF);
 	if (conf_export_init(ce, cl->export_name ? cl->export_name : ""))
 		die("out of memory");
 	for (int i = 0; i < cl->nr_members; i++)

@@ -237,6 +237,14 @@ conf() { # NAME: write stdin to $c/NAME.conf
     cat >"$c/$1.conf"
 }
 
+# Nothing to serve: the message names the default configuration it
+# looked for (where there is none; otherwise that file is served).
+dflt=$("$BIONBD" --help | tr '\n' ' ' | tr -s ' ' |
+    grep -o 'with neither, of /[^ )]*' | sed 's/^with neither, of //') || :
+[[ -n $dflt ]] || die "bionbd --help names no default configuration"
+if [[ ! -e $dflt ]]; then
+    refuse "no member files given, no -c, and no $dflt \(see --help\)$"
+fi
 refuse 'missing\.img' "$c/missing.img"
 refuse 'no/such/dir/x\.img' --size 4M "$c/no/such/dir/x.img"
 refuse 'stripe-size.*48K|48K.*stripe' --stripe-size 48K "$c/a.img" "$c/b.img"
