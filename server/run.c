@@ -118,7 +118,7 @@ static char **run_env(const struct run_addr *a, size_t *mine)
 	ok = env_add(&env[k++], "uri", uri) &&
 	     env_add(&env[k++], "exportname", a->export_name) &&
 	     (!a->socket || env_add(&env[k++], "unixsocket", a->socket)) &&
-	     (!a->port || a->socket || env_add(&env[k++], "port", a->port));
+	     (!a->port || env_add(&env[k++], "port", a->port));
 	free(uri);
 	if (!ok) {
 		env_free(env, *mine);

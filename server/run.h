@@ -15,7 +15,7 @@
 struct run_addr {
 	const char *socket; /* unix socket path */
 	const char *host; /* TCP address as given to -i */
-	const char *port; /* TCP port */
+	const char *port; /* TCP port, when it listens on TCP (also $port) */
 	const char *export_name; /* the default export's name */
 	bool tls; /* --tls=require: nbds:// and nbds+unix:// */
 };

@@ -10,7 +10,8 @@
 # with -U and an export name with a space, $uri percent-encodes it and
 # nbdcopy writes through it and qemu-img reads the same bytes back;
 # --description is what nbdinfo shows; with
-# -i/-p, $port is set and $uri is nbd://127.0.0.1:PORT/.  A [server]
+# -i/-p, $port is set and $uri is nbd://127.0.0.1:PORT/; with -U and -p,
+# $uri is the unix socket's and $port is set too.  A [server]
 # socket key alone is the only listener, like -U alone; with port, TCP is
 # served too.  Socket
 # activation (LISTEN_PID/LISTEN_FDS, as libnbd's "[ CMD ]" starts servers):
@@ -127,6 +128,13 @@ run_captive "$tmp/r5.log" -i 127.0.0.1 -p "$port" --run '
 [[ $(head -1 <<<"$out") == "nbd://127.0.0.1:$port/|$port|unset" ]] ||
     die "TCP --run: environment: $out"
 none_left "--run TCP"
+run_captive "$tmp/r6.log" -U "$tmp/t.sock" -p "$port" --run '
+    echo "$uri|$port|$unixsocket"; nbdinfo --size "nbd://127.0.0.1:$port/"' "${m[@]}"
+[[ $rc -eq 0 ]] || die "-U and -p --run: exit $rc: $(cat "$tmp/r6.log")"
+[[ $(head -1 <<<"$out") == "nbd+unix:///?socket=$tmp/t.sock|$port|$tmp/t.sock" &&
+    $(tail -1 <<<"$out") =~ ^[0-9]+$ ]] ||
+    die "-U and -p --run: \$port must be set as TCP listens too: $out"
+none_left "--run -U and TCP"
 
 log "[server] socket alone is the only listener, like -U alone; with port, TCP too"
 printf '[server]\nsocket = c.sock\n[export one]\nfile = m0\n' >"$tmp/sock.conf"
