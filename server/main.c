@@ -281,8 +281,11 @@ static void add_setting(struct cmdline *cl, const char *flag, const char *key,
 	srv_options_release(&scratch);
 	if (r == -ENOMEM)
 		die("out of memory");
+	/* A blank value shows quoted: '' (an unset shell variable). */
 	if (r)
-		die("%s %s: %s", flag, value, why);
+		die(strspn(value, " \t") == strlen(value) ? "%s '%s': %s" :
+							  "%s %s: %s",
+		    flag, value, why);
 	if (cl->nr_settings == sizeof(cl->settings) / sizeof(cl->settings[0]))
 		die("%s: too many flags", flag);
 	cl->settings[cl->nr_settings++] =
@@ -1225,6 +1228,8 @@ int main(int argc, char **argv)
 		    cl.no_lock || cl.degraded)
 			die("-c %s: member files, --spare, --level, --copies, --stripe-size, --size, --fault, --delay, --no-statistics, --no-lock, --degraded, -e and --description belong in the config file",
 			    cl.conf_path);
+		if (!*cl.conf_path)
+			die("-c '': empty path");
 		if (conf_load(&conf, cl.conf_path, err, sizeof(err)))
 			die("%s", err);
 		apply_settings(&o, conf, &cl);

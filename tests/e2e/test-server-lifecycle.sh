@@ -252,6 +252,10 @@ refuse 'a\.img' "$c/a.img" "$c/a.img"
 refuse 'size.*1000|1000' --size 1000 "$c/a.img"
 refuse 'io_uring_not' --backend io_uring_not "$c/a.img"
 refuse '-t' -t 0 "$c/a.img"
+# An empty value (an unset shell variable) shows as '', not as nothing.
+refuse "-U '': empty value$" -U '' "$c/a.img"
+refuse "-t '': expected a number" -t '' "$c/a.img"
+refuse "-c '': empty path$" -c ''
 refuse 'poll-us.*100001' --poll-us 100001 "$c/a.img"
 refuse 'poll-us.*-5' --poll-us -5 "$c/a.img"
 refuse 'sendfile-min.*33M' --sendfile-min 33M "$c/a.img"
