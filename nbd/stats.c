@@ -225,6 +225,9 @@ static void log_object(const char *what, struct io_stats *st)
 					io_stats_percentile(o, 0.5) / 1000,
 					io_stats_percentile(o, 0.99) / 1000);
 	}
+	/* "op ...; op ...": a separator, not a terminator. */
+	if (len && len < sizeof(line))
+		line[--len] = '\0';
 	nbdl_log(NBDL_INFO, "stats: %s '%s': %" PRIu64 " in flight;%s", what,
 		 io_stats_name(st), s.inflight, len ? line : " no I/O yet");
 }

@@ -331,12 +331,15 @@ int listen_activated(char *errbuf, size_t errlen)
 	    (pid_t)pid != getpid())
 		return 0;
 	activation_unsetenv();
-	if (conf_parse_uint(fds_s, 1, MAX_LISTENERS, &n)) {
+	if (conf_parse_uint(fds_s, 0, MAX_LISTENERS, &n)) {
 		snprintf(errbuf, errlen,
 			 "socket activation: LISTEN_FDS=%s: expected 1..%d",
 			 fds_s, MAX_LISTENERS);
 		return -EINVAL;
 	}
+	/* None passed: not activated (sd_listen_fds says 0 too). */
+	if (!n)
+		return 0;
 	for (unsigned int i = 0; i < n; i++) {
 		int fd = LISTEN_FDS_START + (int)i, type = 0, listening = 0;
 		int dom = AF_UNSPEC, fl;

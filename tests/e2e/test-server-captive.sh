@@ -18,7 +18,8 @@
 # nbdinfo and nbdcopy get the data through bionbd with and without -f
 # (activation implies it), and no server is left when they return; -U
 # next to activation is refused with one line and exit 1; LISTEN_PID of
-# another process is ignored.  --exit-with-parent: the server exits when
+# another process is ignored, and so is LISTEN_FDS=0 (nothing passed).
+# --exit-with-parent: the server exits when
 # the process that started it does.
 source "$(dirname "$0")/functions.sh"
 
@@ -175,6 +176,15 @@ LISTEN_PID=1 LISTEN_FDS=1 run_captive "$tmp/r6.log" \
 [[ $rc -eq 0 ]] || die "LISTEN_PID=1: exit $rc: $(cat "$tmp/r6.log")"
 [[ $out == 1 ]] || die "another process's LISTEN_FDS was taken: '$out'"
 none_left "LISTEN_PID of another process"
+# Ours, but no socket passed: not activated (sd_listen_fds says 0 too), so
+# --run (refused under activation) serves on its private socket.
+rc=0
+out=$(LISTEN_FDS=0 timeout 60 bash -c 'LISTEN_PID=$$ exec "$@"' - \
+    "$BIONBD" --run 'nbdinfo --size "$uri"' "${m[@]}" 2>"$tmp/r7.log") || rc=$?
+check_sanitizer_log "$tmp/r7.log"
+[[ $rc -eq 0 && $out =~ ^[0-9]+$ ]] ||
+    die "LISTEN_FDS=0: exit $rc, said '$out': $(cat "$tmp/r7.log")"
+none_left "LISTEN_FDS=0"
 
 log "--exit-with-parent"
 # The subshell is the parent: it starts bionbd, waits until it serves

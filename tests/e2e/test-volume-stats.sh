@@ -131,6 +131,8 @@ if [[ $SERVER == bionbd ]]; then
     reads=$(py -c 'import json; print(json.load(open("stats.json"))["exports"][0]["ops"]["read"]["requests"])')
     grep -q "stats: export '': 0 in flight; read $reads " "$SERVER_LOG" ||
         die "SIGUSR1: no snapshot with $reads reads in the log"
+    ! grep "stats: " "$SERVER_LOG" | grep -q ';$' ||
+        die "SIGUSR1: a line ends with ';': $(grep "stats: " "$SERVER_LOG" | grep ';$' | head -1)"
     # bioctl stat's first report: totals; the export's row is named ''.
     awk -v r="$reads" '$1 == "'"''"'" && $2 == r { ok = 1 } END { exit !ok }' table ||
         die "bioctl stat: no export row with $reads reads"
