@@ -42,6 +42,7 @@ struct conn {
 	uint32_t opt, optlen;
 	unsigned int nr_opts;
 	bool no_zeroes;
+	bool fixed; /* NBD_FLAG_C_FIXED_NEWSTYLE: option replies understood */
 	const struct nbdl_export *meta_exp; /* export SET_META_CONTEXT named */
 	uint8_t *obuf; /* handshake output */
 	size_t olen, ooff, ocap;

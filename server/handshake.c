@@ -401,11 +401,16 @@ int hs_step(struct conn *c)
 	switch (c->state) {
 	case CS_CLIENT_FLAGS:
 		cflags = get32(c->small);
-		/* Old-style clients and unknown flags: hang up. */
-		if (!(cflags & NBD_FLAG_C_FIXED_NEWSTYLE) ||
-		    (cflags & ~(NBD_FLAG_C_FIXED_NEWSTYLE |
-				NBD_FLAG_C_NO_ZEROES)))
+		/* Unknown flags: the spec says drop the connection. */
+		if (cflags &
+		    ~(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES))
 			return -EPROTO;
+		/*
+		 * Without FIXED_NEWSTYLE the client speaks plain newstyle:
+		 * a legal client (the bit is only a SHOULD), which may still
+		 * send NBD_OPT_EXPORT_NAME, so it is served, not dropped.
+		 */
+		c->fixed = cflags & NBD_FLAG_C_FIXED_NEWSTYLE;
 		c->no_zeroes = cflags & NBD_FLAG_C_NO_ZEROES;
 		c->state = CS_OPT_HDR;
 		c->need = NBD_OPT_HDR_BYTES;
@@ -418,6 +423,13 @@ int hs_step(struct conn *c)
 			return -EPROTO;
 		c->opt = get32(c->small + OPT_OPTION);
 		c->optlen = get32(c->small + OPT_LEN);
+		/*
+		 * Plain newstyle has no other option and no option replies
+		 * to refuse one with: hang up, as servers before fixed
+		 * newstyle did.
+		 */
+		if (!c->fixed && c->opt != NBD_OPT_EXPORT_NAME)
+			return -EPROTO;
 		if (c->optlen > SRV_MAX_OPTION_BYTES)
 			return -EPROTO; /* absurd: not worth reading */
 		free(c->optdata);

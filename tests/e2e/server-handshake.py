@@ -299,14 +299,15 @@ check(h.pread(ref_len, ref_off) == ref,
 h.shutdown()
 log("ok structured replies off")
 
-# Old-style clients (no FIXED_NEWSTYLE) are refused.
+# A plain newstyle client (no FIXED_NEWSTYLE, a SHOULD only) is served
+# through NBD_OPT_EXPORT_NAME, the one option it has.
 h = nbd.NBD()
 h.set_handshake_flags(0)
-try:
-    h.connect_uri(uri())
-    fail("a client without NBD_FLAG_C_FIXED_NEWSTYLE was served")
-except nbd.Error:
-    pass
+h.connect_uri(uri())
+check(h.get_size() == size, "plain newstyle client: wrong size")
+check(h.pread(ref_len, ref_off) == ref, "plain newstyle client: wrong data")
+h.shutdown()
+log("ok plain newstyle client")
 
 # ---------------------------------------------------------------- raw
 

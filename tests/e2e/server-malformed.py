@@ -78,13 +78,42 @@ def disc(c, what):
 
 # ---------------------------------------------------------------- handshake
 
-def oldstyle_flags():
-    for flags in (0, raw.FLAG_C_NO_ZEROES,
-                  raw.FLAG_C_FIXED_NEWSTYLE | (1 << 5),
+def unknown_flags():
+    for flags in (1 << 5, raw.FLAG_C_FIXED_NEWSTYLE | (1 << 5),
                   raw.FLAG_C_FIXED_NEWSTYLE | (1 << 31)):
         c = Raw(sock)
         c.client_flags(flags)
         c.expect_closed(f"client flags {flags:#x}")
+        c.close()
+
+
+def plain_newstyle():
+    """No NBD_FLAG_C_FIXED_NEWSTYLE: a plain newstyle client, whose one
+    option is NBD_OPT_EXPORT_NAME (served, or under --tls=require refused
+    by hanging up: such a client cannot start TLS); any other option, to
+    which it could not read a reply, ends the connection."""
+    for flags in (0, raw.FLAG_C_NO_ZEROES):
+        c = Raw(sock)
+        c.client_flags(flags)
+        c.send_opt(raw.OPT_EXPORT_NAME, b"")
+        if c.tls:
+            c.expect_closed("EXPORT_NAME of a plain newstyle client in "
+                            "plaintext")
+            c.close()
+            continue
+        b = c.recv_exact(10 if flags else 134)
+        esize, tflags = struct.unpack(">QH", b[:10])
+        check(esize == size and tflags & raw.FLAG_HAS_FLAGS,
+              f"client flags {flags:#x}: EXPORT_NAME gave {b[:10].hex()}")
+        check(b[10:] == bytes(len(b) - 10), "EXPORT_NAME: padding not zero")
+        c.read(0, 4 * K)
+        disc(c, f"client flags {flags:#x}: DISC")
+    for opt, data in ((OPT_GO, Raw.info_data("")), (raw.OPT_LIST, b""),
+                      (OPT_STRUCTURED_REPLY, b"")):
+        c = Raw(sock)
+        c.client_flags(0)
+        c.send_opt(opt, data)
+        c.expect_closed(f"option {opt} from a plain newstyle client")
         c.close()
 
 
@@ -505,7 +534,8 @@ def log_info(msg):
 
 
 raw.run_cases([
-    ("old-style client flags", oldstyle_flags),
+    ("unknown client flags", unknown_flags),
+    ("plain newstyle client", plain_newstyle),
     ("truncated handshake", truncated_handshake),
     ("absurd option length", absurd_option_length),
     ("unknown option", unknown_option),

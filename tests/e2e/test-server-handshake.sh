@@ -7,8 +7,8 @@
 # on, LIST_META_CONTEXT queries, SET_META_CONTEXT base:allocation and block
 # status across member boundaries after writes and trims (against what was
 # written and against the members' SEEK_DATA map through the stripe rule),
-# REQ_ONE, simple replies only, old-style clients refused, and
-# NBD_OPT_EXPORT_NAME (raw socket, with and without NO_ZEROES).  The
+# REQ_ONE, simple replies only, plain (not fixed) newstyle clients served,
+# and NBD_OPT_EXPORT_NAME (raw socket, with and without NO_ZEROES).  The
 # Python side is server-handshake.py; nbdinfo and qemu-img look at the
 # export list and the read-only export.  Both backends.
 source "$(dirname "$0")/functions.sh"

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Description: malformed and hostile NBD traffic against bionbd, written by
 # hand over its unix socket (server-malformed.py, standard library only):
-# old-style or unknown client flags, truncated handshakes and requests,
+# unknown client flags (closed), plain newstyle clients (EXPORT_NAME
+# served, other options closed), truncated handshakes and requests,
 # absurd option lengths, unknown options (NBD_REP_ERR_UNSUP, handshake
 # goes on), malformed INFO/GO/LIST/SET_META_CONTEXT (NBD_REP_ERR_INVALID),
 # too many options, NBD_OPT_ABORT (ACK, close; also with the client gone
