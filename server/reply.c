@@ -274,6 +274,9 @@ void reply_queue(struct nbd_req *r)
 			reply_error_chunk(r);
 		else
 			reply_block_status(r);
+	} else if (c->opts.structured && r->err) {
+		/* The spec: with structured replies, errors SHOULD be chunks. */
+		reply_error_chunk(r);
 	} else {
 		reply_simple(r, false);
 	}

@@ -297,8 +297,14 @@ def unknown_command():
         for i, (cmd, off, n) in enumerate(((8, 0, 4 * K), (9, 0, 0),
                                            (0xFFFF, 1 << 62, 1 << 30),
                                            (0x100, 0, 4 * K))):
-            err = c.cmd(cmd, off, n, cookie=100 + i)
+            c.request(cmd, 100 + i, off, n)
+            r = c.full_reply(100 + i)
+            err = c.error_of(r)
             check(err == EINVAL, f"command {cmd:#x}: error {err}, want EINVAL")
+            # With structured replies an error SHOULD be an error chunk.
+            check(len(r) == 1 and r[0].simple != structured and
+                  (r[0].simple or r[0].type == raw.REPLY_TYPE_ERROR),
+                  f"command {cmd:#x}, structured {structured}: reply {r}")
             check(c.read(0, 4 * K) is not None, "read after unknown command")
         disc(c, "DISC after unknown commands")
 
@@ -331,6 +337,9 @@ def write_past_end():
         check(c.error_of(r) == want,
               f"write {off}+{n} flags {flags:#x}: error "
               f"{c.error_of(r)}, want {want}")
+        check(not want or (len(r) == 1 and not r[0].simple and
+                           r[0].type == raw.REPLY_TYPE_ERROR),
+              f"write {off}+{n}: a structured error chunk, not {r}")
         # The payload was consumed: the next request is answered, and
         # none of the fake headers inside the payload.
         check(c.read(size - len(tail), len(tail), cookie=300 + i) == tail,
