@@ -143,6 +143,17 @@ static void conn_drain(struct conn *c)
 	conn_maybe_close(c);
 }
 
+/*
+ * We end the session on a socket that still works (a protocol violation,
+ * an NBD_OPT_EXPORT_NAME we cannot serve, NBD_OPT_ABORT): as after
+ * NBD_CMD_DISC, the requests taken are answered and TLS is shut down
+ * before the close, which the spec asks of whoever initiates a disconnect.
+ */
+static void conn_hangup(struct conn *c)
+{
+	conn_drain(c);
+}
+
 /* recv(2), or through TLS: bytes, 0 at EOF, or -1 with errno. */
 static ssize_t conn_recv(struct conn *c, void *buf, size_t len)
 {
@@ -210,7 +221,7 @@ static bool obuf_send(struct conn *c)
 	c->olen = c->ooff = 0;
 	ev_io_stop(c->w->loop, &c->wio);
 	if (c->close_after_send) {
-		conn_fail(c);
+		conn_hangup(c);
 		return false;
 	}
 	if (c->starttls) {
@@ -346,7 +357,7 @@ static void handshake_read(struct conn *c)
 			continue;
 		c->have = 0;
 		if (hs_step(c)) {
-			conn_fail(c);
+			conn_hangup(c);
 			return;
 		}
 		if (c->state == CS_TRANSMISSION)
@@ -427,7 +438,7 @@ static bool tx_header(struct conn *c, const uint8_t *h)
 		return false;
 	}
 	if (rc < 0) {
-		conn_fail(c);
+		conn_hangup(c);
 		return false;
 	}
 	c->big_writes = r->type == NBD_CMD_WRITE &&

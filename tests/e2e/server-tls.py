@@ -11,6 +11,7 @@ for TLS).  Run by test-server-tls.sh, which sets:
 """
 import os
 import socket
+import ssl
 import threading
 import time
 
@@ -181,6 +182,64 @@ def big_and_many():
     disc(c)
 
 
+def closed_with_close_notify(c, what):
+    """The server ended TLS (close_notify) before closing: the spec's
+    SHOULD for whoever initiates a disconnect (a MUST after DISC)."""
+    s = c.sock
+    while True:
+        try:
+            with s.obj_lock:
+                d = s.obj.read(65536)
+            # b"" is a close_notify: the context takes a bare EOF as an
+            # error (OP_IGNORE_UNEXPECTED_EOF cleared).
+            check(d == b"", f"{what}: {len(d)} more bytes")
+            c.close()
+            return
+        except ssl.SSLWantReadError:
+            s._feed()
+        except ssl.SSLError as e:
+            raise raw.Fail(f"{what}: closed without close_notify ({e})")
+
+
+def hangups_end_tls():
+    """Every close of the server's on a working TLS session sends
+    close_notify first: after DISC (with a request in flight), and when it
+    hangs up (an EXPORT_NAME it cannot serve, NBD_OPT_ABORT, bad magic in
+    the handshake and in a request, a WRITE over 32 MiB)."""
+    strict = raw.tls_context(os.environ["TLS_CA"])
+    strict.options &= ~ssl.OP_IGNORE_UNEXPECTED_EOF
+
+    def up():
+        c = plain()
+        c.starttls(strict)
+        return c
+
+    c = up()
+    c.go("")
+    c.send(c.req_bytes(CMD_READ, 1, 0, 64 * K) + c.req_bytes(raw.CMD_DISC, 2))
+    c.note_read(1, 64 * K)
+    c.read_data(c.full_reply(1), 0, 64 * K)
+    closed_with_close_notify(c, "DISC")
+    c = up()
+    c.send_opt(OPT_EXPORT_NAME, b"no-such-export")
+    closed_with_close_notify(c, "EXPORT_NAME of an unknown export")
+    c = up()
+    c.send_opt(OPT_ABORT)
+    check(c.opt_reply(OPT_ABORT)[0] == REP_ACK, "ABORT over TLS")
+    closed_with_close_notify(c, "ABORT")
+    c = up()
+    c.send(b"x" * 16)
+    closed_with_close_notify(c, "bad option magic")
+    c = up()
+    c.go("")
+    c.send(c.req_bytes(CMD_READ, 1, 0, 512, magic=0x12345678))
+    closed_with_close_notify(c, "bad request magic")
+    c = up()
+    c.go("")
+    c.send(c.req_bytes(CMD_WRITE, 1, 0, 64 * M))
+    closed_with_close_notify(c, "WRITE of 64 MiB")
+
+
 def broken_handshakes():
     """Clients that go wrong after STARTTLS's ACK: garbage for a
     ClientHello, hanging up, or saying nothing (the handshake time limit
@@ -239,5 +298,6 @@ raw.run_cases([
     ("STARTTLS twice", starttls_twice),
     ("negotiation state forgotten", state_forgotten),
     ("32 MiB and 500 pipelined reads over TLS", big_and_many),
+    ("the server's hang-ups end TLS first", hangups_end_tls),
     ("broken TLS handshakes beside a busy client", broken_handshakes),
 ], after=lambda name: wait_conns(0, f"after {name}"))

@@ -13,7 +13,9 @@
 # STARTTLS get NBD_REP_ERR_TLS_REQD (require) or work (on), EXPORT_NAME in
 # plaintext is closed (require), STARTTLS with data or twice is invalid,
 # what was negotiated before STARTTLS is forgotten, 32 MiB requests and
-# 500 pipelined reads over TLS, and clients that break the handshake
+# 500 pipelined reads over TLS, every close of the server's (after DISC,
+# and its hang-ups: unknown EXPORT_NAME, ABORT, bad magic, WRITE over 32
+# MiB) sends close_notify first, and clients that break the handshake
 # (garbage, hang-up, silence until the handshake limit) do not disturb a
 # busy one.  Then the whole hostile-input suite (server-malformed.py) over
 # TLS under --tls=require.  --run under require says nbds+unix://.
