@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # serve-default.sh - the README's main job: install, build, and serve the
 # default volume (4 sparse members under ./data, 64 KiB stripes, 4 GiB) on
-# a unix socket and on 127.0.0.1:10809 until Ctrl-C.
+# a unix socket and on 127.0.0.1:10809 (nbdkit: the unix socket only)
+# until Ctrl-C.
 #
 #   FRONTEND=nbdkit tools/serve-default.sh   serve through the nbdkit plugin
 #   SIZE=16G tools/serve-default.sh          a bigger volume
@@ -19,15 +20,22 @@ sock=$data/bionbd.sock
 mkdir -p "$data"
 members=("$data/member0" "$data/member1" "$data/member2" "$data/member3")
 
+# nbdkit takes one listener: the unix socket, so no TCP lines for it.
+tcp_info= tcp_client=
+if [[ ${FRONTEND:-bionbd} == bionbd ]]; then
+  tcp_info=$'\n  nbdinfo nbd://127.0.0.1:10809'
+  tcp_client="nbd-client 127.0.0.1 10809 /dev/nbd0 -N ''"
+else
+  tcp_client="nbd-client -u $sock /dev/nbd0 -N ''"
+fi
 cat <<EOT
 
 Serving a ${size} volume striped over ${#members[@]} sparse members in $data (64 KiB stripes).
 Connect with:
-  nbdinfo 'nbd+unix:///?socket=$sock'
-  nbdinfo nbd://127.0.0.1:10809
+  nbdinfo 'nbd+unix:///?socket=$sock'$tcp_info
   qemu-img info nbd+unix:///?socket=$sock
   qemu-io -f raw -c 'write -P 0x55 0 1M' -c 'read -P 0x55 0 1M' 'nbd+unix:///?socket=$sock'
-  nbd-client 127.0.0.1 10809 /dev/nbd0 -N ''     (needs the nbd kernel module)
+  $tcp_client     (needs the nbd kernel module)
 Stop with Ctrl-C.
 
 EOT
@@ -41,7 +49,6 @@ nbdkit)
   files=()
   for m in "${members[@]}"; do files+=("file=$m"); done
   rm -f "$sock"
-  # nbdkit takes one listener; the unix socket is the one printed first.
   exec nbdkit -f -U "$sock" build/plugins/nbdkit-bio-plugin.so \
     "${files[@]}" stripe-size=64K size="$size"
   ;;
