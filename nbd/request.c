@@ -116,9 +116,10 @@ uint16_t nbdl_transmission_flags(const struct nbdl_export *e, bool structured)
 	return f;
 }
 
-uint32_t nbdl_req_check(const struct nbdl_export *e,
-			const struct nbdl_conn_opts *co, uint16_t type,
-			uint16_t flags, uint64_t offset, uint32_t len)
+uint32_t nbdl_req_check_why(const struct nbdl_export *e,
+			    const struct nbdl_conn_opts *co, uint16_t type,
+			    uint16_t flags, uint64_t offset, uint32_t len,
+			    const char **why)
 {
 	uint16_t allowed = NBD_CMD_FLAG_FUA;
 	bool writes = false, ranged = true;
@@ -143,27 +144,49 @@ uint32_t nbdl_req_check(const struct nbdl_export *e,
 		break;
 	case NBD_CMD_BLOCK_STATUS:
 		allowed |= NBD_CMD_FLAG_REQ_ONE;
-		if (!co->meta_alloc)
+		if (!co->meta_alloc) {
+			*why = "block status without base:allocation selected";
 			return NBD_EINVAL;
+		}
 		break;
 	default:
+		*why = "unknown command";
 		return NBD_EINVAL;
 	}
-	if (flags & ~allowed)
+	if (flags & ~allowed) {
+		*why = "a flag this command does not take";
 		return NBD_EINVAL;
-	if (writes && e->readonly)
+	}
+	if (writes && e->readonly) {
+		*why = "the export is read-only";
 		return NBD_EPERM;
+	}
 	if (!ranged)
 		return 0;
-	if (offset > e->size_bytes || len > e->size_bytes - offset)
+	if (offset > e->size_bytes || len > e->size_bytes - offset) {
+		*why = "the request goes past the end of the export";
 		return (type == NBD_CMD_WRITE || type == NBD_CMD_WRITE_ZEROES) ?
 			       NBD_ENOSPC :
 			       NBD_EINVAL;
-	if (type == NBD_CMD_READ && len > NBDL_MAX_PAYLOAD)
+	}
+	if (type == NBD_CMD_READ && len > NBDL_MAX_PAYLOAD) {
+		*why = "a read longer than the 32 MiB maximum block size";
 		return (flags & NBD_CMD_FLAG_DF) ? NBD_EOVERFLOW : NBD_EINVAL;
-	if (type == NBD_CMD_BLOCK_STATUS && !len)
+	}
+	if (type == NBD_CMD_BLOCK_STATUS && !len) {
+		*why = "block status of length 0";
 		return NBD_EINVAL;
+	}
 	return 0;
+}
+
+uint32_t nbdl_req_check(const struct nbdl_export *e,
+			const struct nbdl_conn_opts *co, uint16_t type,
+			uint16_t flags, uint64_t offset, uint32_t len)
+{
+	const char *why;
+
+	return nbdl_req_check_why(e, co, type, flags, offset, len, &why);
 }
 
 /* ---- errors ---- */
@@ -195,6 +218,30 @@ uint32_t nbdl_errno_to_nbd(int err, uint16_t type, uint16_t flags)
 			       NBD_EIO;
 	default:
 		return NBD_EIO;
+	}
+}
+
+const char *nbdl_error_text(uint32_t nbd_err)
+{
+	switch (nbd_err) {
+	case NBD_EPERM:
+		return "operation not permitted";
+	case NBD_EIO:
+		return "input/output error";
+	case NBD_ENOMEM:
+		return "the server is out of memory";
+	case NBD_EINVAL:
+		return "invalid request";
+	case NBD_ENOSPC:
+		return "no space left";
+	case NBD_EOVERFLOW:
+		return "value too large";
+	case NBD_ENOTSUP:
+		return "no fast way to do this";
+	case NBD_ESHUTDOWN:
+		return "the server is shutting down";
+	default:
+		return "error";
 	}
 }
 

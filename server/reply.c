@@ -37,16 +37,20 @@ static uint8_t *chunk_hdr(struct nbd_req *r, uint8_t *h, uint16_t flags,
 	return h + NBD_CHUNK_HDR_BYTES;
 }
 
+/* The error, and for whoever reads it (proto.md: why errors go as chunks). */
 static void reply_error_chunk(struct nbd_req *r)
 {
+	const char *msg = r->why ? r->why : nbdl_error_text(r->err);
+	uint16_t n = (uint16_t)strlen(msg);
 	uint8_t *p = chunk_hdr(r, r->hdr, NBD_REPLY_FLAG_DONE,
-			       NBD_REPLY_TYPE_ERROR, CHUNK_ERROR_BYTES);
+			       NBD_REPLY_TYPE_ERROR, CHUNK_ERROR_BYTES + n);
 
 	put32(p, r->err);
-	put16(p + 4, 0);
+	put16(p + 4, n);
 	r->iov[0] = (struct iovec){ r->hdr,
 				    NBD_CHUNK_HDR_BYTES + CHUNK_ERROR_BYTES };
-	r->niov = 1;
+	r->iov[1] = (struct iovec){ (void *)msg, n };
+	r->niov = 2;
 }
 
 static bool is_zero(const uint8_t *p, size_t n)

@@ -30,6 +30,7 @@ static struct nbd_req *req_get(struct conn *c)
 	r->next = NULL;
 	r->c = c;
 	r->err = 0;
+	r->why = NULL;
 	r->buf = NULL;
 	r->have = 0;
 	r->sendfile = false;
@@ -122,8 +123,8 @@ int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
 					     .flags = r->flags };
 		nbdl_trace_queued(c->exp, &r->tr);
 	}
-	r->err = nbdl_req_check(c->exp, &c->opts, r->type, r->flags, r->offset,
-				r->len);
+	r->err = nbdl_req_check_why(c->exp, &c->opts, r->type, r->flags,
+				    r->offset, r->len, &r->why);
 	if ((r->type != NBD_CMD_READ && r->type != NBD_CMD_WRITE) ||
 	    r->len <= SRV_SMALL_REQ_BYTES)
 		worker_small_seen(c->w, c);

@@ -35,6 +35,7 @@ struct nbd_req {
 	uint16_t type;
 	uint16_t flags;
 	uint32_t err; /* NBD error value, 0 = success */
+	const char *why; /* static: the broken rule, for the error chunk */
 	uint64_t t0; /* io_stats_start of the export's, until counted */
 	struct nbdl_trace tr; /* tr.seq 0: not traced, or replied to */
 	void *buf; /* payload, from the worker's buffer cache */

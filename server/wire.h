@@ -79,7 +79,7 @@
 /* Chunk payloads. */
 #define CHUNK_OFFSET_DATA_BYTES 8 /* offset; the data follows */
 #define CHUNK_OFFSET_HOLE_BYTES 12 /* offset, length */
-#define CHUNK_ERROR_BYTES 6 /* error, message length (0) */
+#define CHUNK_ERROR_BYTES 6 /* error, message length; the message follows */
 #define CHUNK_BS_CONTEXT_BYTES 4 /* context id; descriptors follow */
 #define CHUNK_BS_DESC_BYTES 8 /* length, flags */
 

@@ -138,6 +138,7 @@ class Reply:
         self.type = rtype
         self.payload = payload
         self.data = data  # simple read reply data
+        self.message = ""  # an error chunk's text
 
     @property
     def done(self):
@@ -430,14 +431,26 @@ class Raw:
         check(self.structured, "structured chunk without negotiation")
         flags, rtype, cookie, n = struct.unpack(">HHQI", self.recv_exact(16))
         payload = self.recv_exact(n)
-        error = 0
+        error, message = 0, ""
         if rtype & (1 << 15):
             check(n >= 6, f"error chunk of {n} bytes")
-            error = struct.unpack(">I", payload[:4])[0]
+            error, mlen = struct.unpack(">IH", payload[:6])
+            # The spec: the message fills the chunk (ERROR_OFFSET: up to
+            # its 8-byte offset) and is UTF-8, at most 4096 bytes.
+            tail = 8 if rtype == REPLY_TYPE_ERROR_OFFSET else 0
+            check(n == 6 + mlen + tail,
+                  f"error chunk of {n} bytes with a {mlen}-byte message")
+            check(mlen <= 4096, f"error message of {mlen} bytes")
+            try:
+                message = payload[6:6 + mlen].decode("utf-8")
+            except UnicodeDecodeError:
+                fail(f"error message not UTF-8: {payload[6:6 + mlen]!r}")
         if flags & REPLY_FLAG_DONE:
             self.lengths.pop(cookie, None)
-        return Reply(False, cookie, error=error, flags=flags, rtype=rtype,
-                     payload=payload)
+        r = Reply(False, cookie, error=error, flags=flags, rtype=rtype,
+                  payload=payload)
+        r.message = message
+        return r
 
     def full_reply(self, cookie=None):
         """All chunks of the next reply (until DONE) as a list; with

@@ -305,6 +305,9 @@ def unknown_command():
             check(len(r) == 1 and r[0].simple != structured and
                   (r[0].simple or r[0].type == raw.REPLY_TYPE_ERROR),
                   f"command {cmd:#x}, structured {structured}: reply {r}")
+            # ... and its text says why, for a human (proto.md).
+            check(r[0].simple or r[0].message == "unknown command",
+                  f"command {cmd:#x}: message {r[0].message!r}")
             check(c.read(0, 4 * K) is not None, "read after unknown command")
         disc(c, "DISC after unknown commands")
 
@@ -340,6 +343,11 @@ def write_past_end():
         check(not want or (len(r) == 1 and not r[0].simple and
                            r[0].type == raw.REPLY_TYPE_ERROR),
               f"write {off}+{n}: a structured error chunk, not {r}")
+        why = ("the request goes past the end of the export"
+               if want == ENOSPC else "a flag this command does not take")
+        check(not want or r[0].message == why,
+              f"write {off}+{n} flags {flags:#x}: message "
+              f"{r[0].message!r}, want {why!r}")
         # The payload was consumed: the next request is answered, and
         # none of the fake headers inside the payload.
         check(c.read(size - len(tail), len(tail), cookie=300 + i) == tail,

@@ -165,6 +165,18 @@ uint32_t nbdl_req_check(const struct nbdl_export *e,
 			const struct nbdl_conn_opts *co, uint16_t type,
 			uint16_t flags, uint64_t offset, uint32_t len);
 
+/*
+ * The same, and on an error, @why (not NULL) says in a few words which
+ * rule the request broke: for a human, in the reply's error chunk.
+ */
+uint32_t nbdl_req_check_why(const struct nbdl_export *e,
+			    const struct nbdl_conn_opts *co, uint16_t type,
+			    uint16_t flags, uint64_t offset, uint32_t len,
+			    const char **why);
+
+/* What an NBD error value means, for a reply with no better reason. */
+const char *nbdl_error_text(uint32_t nbd_err);
+
 /**
  * nbdl_account - count request @type of @len bytes, answered with NBD
  * error @nbd_err (0: success), begun at @t0 (io_stats_start of the
