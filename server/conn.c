@@ -357,6 +357,15 @@ static void handshake_read(struct conn *c)
 			continue;
 		c->have = 0;
 		if (hs_step(c)) {
+			/*
+			 * The step started with nothing queued (the loop reads
+			 * no option while a reply waits), so what is queued
+			 * now is a reply it failed half way (out of memory):
+			 * never to be sent, and left counted it would keep
+			 * conn_closeable() false, the connection neither
+			 * served nor closed.
+			 */
+			c->olen = c->ooff = 0;
 			conn_hangup(c);
 			return;
 		}

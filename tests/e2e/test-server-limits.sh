@@ -20,6 +20,9 @@
 #    that socket nor the pidfile's control socket behind;
 #  - -U naming a regular file is refused as such, before members are
 #    made, and the file is left alone;
+#  - an option whose reply cannot be built (realloc fails, through an
+#    LD_PRELOAD shim) ends the connection at once, even with no handshake
+#    time limit: the half-built reply once kept it open for good;
 #  - under ulimit -n 64 with 200 idle connections the server spins no core
 #    (< 10% over 3 s) and keeps serving its existing client.
 source "$(dirname "$0")/functions.sh"
@@ -130,6 +133,71 @@ expect_grep "^bionbd: unix socket $d/not-a-socket: exists and is not a socket$" 
 [[ -f $d/not-a-socket && ! -e $d/n0 && ! -e $d/n1 ]] ||
     die "-U on a regular file: the file or the members changed"
 log "ok -U on a regular file refused, naming it"
+
+# ---- an option reply that cannot be built: the connection ends at once
+# (a half-built reply left queued once kept it open, unserved, for as long
+# as the handshake limit; here there is none).  A shim fails the realloc
+# that grows the 256-byte handshake buffer for a long export name.
+d=$tmp/enomem
+mkdir -p "$d"
+if command -v "${CC:-cc}" >/dev/null; then
+    cat >"$d/shim.c" <<'EOF'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* Fail one realloc(p, 512) once the file $FAIL_REALLOC_TRIGGER exists. */
+void *realloc(void *p, size_t n)
+{
+	static void *(*next)(void *, size_t);
+	const char *t = getenv("FAIL_REALLOC_TRIGGER");
+
+	if (!next)
+		next = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
+	if (p && n == 512 && t && unlink(t) == 0) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return next(p, n);
+}
+EOF
+    "${CC:-cc}" -shared -fPIC -o "$d/shim.so" "$d/shim.c" -ldl ||
+        die "cannot build the realloc shim"
+    long=$(printf 'n%.0s' {1..300})
+    # Under ASan its runtime must come first, unless told otherwise.
+    LD_PRELOAD=$d/shim.so FAIL_REALLOC_TRIGGER=$d/fail \
+        ASAN_OPTIONS=verify_asan_link_order=0${ASAN_OPTIONS:+:$ASAN_OPTIONS} \
+        start_bionbd -t 1 --handshake-timeout 0 -e "$long" --size 8M \
+        "$d/m0" "$d/m1"
+    TRIGGER=$d/fail NBD_SOCK=$NBD_SOCK nbdpy - <<'PY' ||
+import os, socket
+import nbd_raw as raw
+from nbd_e2e import check
+c = raw.Raw(os.environ["NBD_SOCK"])
+c.client_flags(raw.FLAG_C_FIXED_NEWSTYLE)
+open(os.environ["TRIGGER"], "w").close()
+c.send_opt(raw.OPT_LIST)  # the 20-byte header fits; the 304-byte name not
+c.sock.settimeout(5)
+try:
+    got = c.sock.recv(64)
+except socket.timeout:
+    got = None
+check(not os.path.exists(os.environ["TRIGGER"]), "the shim failed no realloc")
+check(got == b"", f"LIST whose reply could not be built: {got!r}, not a close")
+# Another client is served as usual.
+c = raw.Raw(os.environ["NBD_SOCK"])
+c.client_flags(raw.FLAG_C_FIXED_NEWSTYLE)
+c.send_opt(raw.OPT_LIST)
+check(c.opt_replies(raw.OPT_LIST)[-1][0] == raw.REP_ACK, "LIST after it")
+PY
+        die "an option reply that could not be built"
+    stop_bionbd
+    log "ok an option reply that cannot be built ends the connection"
+else
+    log "no C compiler: the failed option reply case not tried"
+fi
 
 # ---- out of file descriptors
 d=$tmp/fds
