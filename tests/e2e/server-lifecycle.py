@@ -191,14 +191,15 @@ def negotiate_through_shutdown(c, signalled):
         check(time.monotonic() < deadline, "the caller never signalled")
         time.sleep(0.01)
     # The stop reaches the worker a moment after the signal: until then
-    # a LIST is answered as usual (the option limit allows ~30 tries).
+    # a LIST is answered as usual.  The option limit allows ~30 tries,
+    # spaced so that a loaded machine has ~2 s to deliver the signal.
     for _ in range(30):
         c.send_opt(raw.OPT_LIST)
         final = c.opt_replies(raw.OPT_LIST)[-1][0]
         if final == raw.REP_ERR_SHUTDOWN:
             break
         check(final == raw.REP_ACK, f"LIST at shutdown: reply {final:#x}")
-        time.sleep(0.02)
+        time.sleep(0.07)
     else:
         fail("no NBD_REP_ERR_SHUTDOWN for an option sent after the signal")
     c.send_opt(raw.OPT_GO, raw.Raw.info_data(""))
