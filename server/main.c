@@ -1222,14 +1222,14 @@ int main(int argc, char **argv)
 		cl.conf_path = BIONBD_DEFAULT_CONF;
 	srv_options_init(&o);
 	if (cl.conf_path) {
+		if (!*cl.conf_path)
+			die("-c '': empty path");
 		if (cl.nr_members || cl.nr_spares || cl.stripe_size || cl.size ||
 		    cl.level || cl.copies || cl.export_name ||
 		    cl.description || cl.nr_faults || cl.no_statistics ||
 		    cl.no_lock || cl.degraded)
 			die("-c %s: member files, --spare, --level, --copies, --stripe-size, --size, --fault, --delay, --no-statistics, --no-lock, --degraded, -e and --description belong in the config file",
 			    cl.conf_path);
-		if (!*cl.conf_path)
-			die("-c '': empty path");
 		if (conf_load(&conf, cl.conf_path, err, sizeof(err)))
 			die("%s", err);
 		apply_settings(&o, conf, &cl);

@@ -256,6 +256,7 @@ refuse '-t' -t 0 "$c/a.img"
 refuse "-U '': empty value$" -U '' "$c/a.img"
 refuse "-t '': expected a number" -t '' "$c/a.img"
 refuse "-c '': empty path$" -c ''
+refuse "-c '': empty path$" -c '' "$c/a.img"
 refuse 'poll-us.*100001' --poll-us 100001 "$c/a.img"
 refuse 'poll-us.*-5' --poll-us -5 "$c/a.img"
 refuse 'sendfile-min.*33M' --sendfile-min 33M "$c/a.img"
