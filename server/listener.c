@@ -101,12 +101,35 @@ static bool conn_slot(void)
 	return false;
 }
 
+
+/*
+ * A TCP client: no Nagle delay on replies, and keepalive probes, so that
+ * the connections of a client host that vanished (powered off, cable
+ * pulled, a NAT that forgot them) are found dead and closed within about
+ * two minutes of silence, instead of holding their slots (and buffers)
+ * for good: an idle NBD client sends nothing for hours.
+ */
+#define SRV_KEEPIDLE_S 60
+#define SRV_KEEPINTVL_S 15
+#define SRV_KEEPCNT 4
+
+static void tcp_tune(int fd)
+{
+	static const int one = 1, idle = SRV_KEEPIDLE_S,
+			 intvl = SRV_KEEPINTVL_S, cnt = SRV_KEEPCNT;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
 static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct listener *l = container_of(io, struct listener, io);
 
 	for (;;) {
-		int one = 1, sndbuf = SRV_UNIX_SNDBUF;
+		int sndbuf = SRV_UNIX_SNDBUF;
 		int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
@@ -123,8 +146,7 @@ static void accept_cb(struct ev_loop *loop, ev_io *io, int revents)
 			continue;
 		}
 		if (l->tcp)
-			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one,
-				   sizeof(one));
+			tcp_tune(fd);
 		else
 			/*
 			 * A unix socket queues only sk_sndbuf of replies

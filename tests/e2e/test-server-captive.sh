@@ -19,6 +19,7 @@
 # (activation implies it), and no server is left when they return; -U
 # next to activation is refused with one line and exit 1; LISTEN_PID of
 # another process is ignored, and so is LISTEN_FDS=0 (nothing passed).
+# A TCP client's connection has keepalive on (ss shows its timer).
 # --exit-with-parent: the server exits when
 # the process that started it does.
 source "$(dirname "$0")/functions.sh"
@@ -129,6 +130,27 @@ run_captive "$tmp/r5.log" -i 127.0.0.1 -p "$port" --run '
 [[ $(head -1 <<<"$out") == "nbd://127.0.0.1:$port/|$port|unset" ]] ||
     die "TCP --run: environment: $out"
 none_left "--run TCP"
+# A TCP client's connection has keepalive on: the server's end of it shows
+# a keepalive timer, so a client host that vanishes is found out.
+run_captive "$tmp/r5k.log" -i 127.0.0.1 -p "$port" --run '
+    /usr/bin/python3 -c "
+import nbd, os, subprocess, time
+h = nbd.NBD()
+h.connect_uri(os.environ[\"uri\"])
+# A retransmission timer shows instead while the last reply is unacked.
+for _ in range(50):
+    out = subprocess.run([\"ss\", \"-tnoH\", \"state\", \"established\",
+                          \"( sport = :\" + os.environ[\"port\"] + \" )\"],
+                         capture_output=True, text=True, check=True).stdout
+    if \"keepalive\" in out:
+        break
+    time.sleep(0.1)
+print(out)
+"' "${m[@]}"
+[[ $rc -eq 0 ]] || die "TCP keepalive: exit $rc: $(cat "$tmp/r5k.log")"
+grep -q 'timer:(keepalive,' <<<"$out" ||
+    die "TCP keepalive: the server's socket has no keepalive timer: $out"
+none_left "--run TCP keepalive"
 run_captive "$tmp/r6.log" -U "$tmp/t.sock" -p "$port" --run '
     echo "$uri|$port|$unixsocket"; nbdinfo --size "nbd://127.0.0.1:$port/"' "${m[@]}"
 [[ $rc -eq 0 ]] || die "-U and -p --run: exit $rc: $(cat "$tmp/r6.log")"
