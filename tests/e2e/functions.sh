@@ -13,6 +13,9 @@
 # Environment (ctest sets both): BUILD_DIR, the CMake build tree; SRC_DIR,
 # the source tree.  Run by hand: BUILD_DIR=build bash tests/e2e/test-x.sh
 #
+# BIONBD_E2E_KEEP=1: a failing test leaves its $tmp (server logs and all)
+# in place and says where; a passing or skipped one removes it as ever.
+#
 # Exit codes: 0 pass, 1 fail, 77 skip.  Skip only when an optional tool or
 # facility is genuinely missing (no nbdkit, no /dev/fuse, mount not
 # permitted), never to hide a failure.
@@ -85,8 +88,12 @@ _cleanup() {
         wait "$pid" 2>/dev/null
     done
     if [[ -n $tmp && -d $tmp ]]; then
-        # --one-file-system: never reach into a mount that refused to go.
-        rm -rf --one-file-system "$tmp"
+        if [[ $rc -ne 0 && $rc -ne 77 && -n ${BIONBD_E2E_KEEP:-} ]]; then
+            echo "$test_name: kept $tmp (BIONBD_E2E_KEEP)" >&2
+        else
+            # --one-file-system: never reach into a mount that refused to go.
+            rm -rf --one-file-system "$tmp"
+        fi
     fi
     exit "$rc"
 }
