@@ -302,14 +302,29 @@ file = $tmp/f0.img
 file = $tmp/f2.img
 EOF
 log "a remote killed under fio"
+# Remote 2 logs its commands, to tell when fio's requests reach it.
+stop_remote 2
+start_remote 2 --filter=log memory 32M logfile="$tmp/r2.log"
+# r2_writes: the writes remote 2 has been sent so far.
+r2_writes() { grep -c "connection=[0-9]* Write id=" "$tmp/r2.log" || :; }
 # -v: the plugin logs "connected again" (info) as a debug line.
 start_server -v --conf two.conf
+w0=$(r2_writes)
 fio --name=v --ioengine=nbd --uri="$(nbd_uri remote)" --rw=randrw \
     --bs=64k --iodepth=8 --size=100M --time_based --runtime=4 \
     --continue_on_error=all --output-format=json --output=kill.json \
     >/dev/null 2>&1 &
 fio_pid=$!
-sleep 1.2
+# The remote goes once fio's writes reach it, not after a fixed sleep: a
+# loaded machine can take seconds to start fio, and a remote killed and
+# back before fio's first request is no outage at all.
+for ((n = 0; n < 300; n++)); do
+    [[ $(r2_writes) -gt $w0 ]] && break
+    kill -0 "$fio_pid" 2>/dev/null || break
+    sleep 0.1
+done
+[[ $(r2_writes) -gt $w0 ]] || die "fio's writes did not reach remote 2 within 30 s"
+sleep 0.5
 stop_remote 2
 # Meanwhile another export of the same server is untouched.
 NBD_URI=$(nbd_uri local) nbdpy - <<'PY' || die "the local export during the outage"
