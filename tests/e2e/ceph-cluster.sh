@@ -97,9 +97,15 @@ EOF
     ceph-mgr --conf "$CEPH_CONF" -i x
     ceph_cmd osd pool create rbd 16 16 >/dev/null 2>&1
     ceph_cmd osd pool application enable rbd rbd >/dev/null 2>&1
-    # The pool is usable once its placement groups are active.
+    # The pool is usable once its placement groups are active: all of the
+    # cluster's, 16 or more ("17 pgs: 17 active+clean; ...").  The mgr
+    # makes a pool of its own (one more PG, device_health_metrics or
+    # .mgr) when it likes: looking for "16 active+clean" matched only
+    # while that one was not clean yet, and on a loaded machine, where
+    # they all became clean between two looks, never.
     for ((i = 0; i < 600; i++)); do
-        if ceph_cmd pg stat 2>/dev/null | grep -q '16 active+clean'; then
+        if ceph_cmd pg stat 2>/dev/null | awk '$2 == "pgs:" && $1 >= 16 &&
+            $3 == $1 && $4 ~ /^active\+clean;?$/ { ok = 1 } END { exit !ok }'; then
             rbd_cmd pool init rbd
             return 0
         fi
