@@ -116,10 +116,10 @@ uint16_t nbdl_transmission_flags(const struct nbdl_export *e, bool structured)
 	return f;
 }
 
-uint32_t nbdl_req_check_why(const struct nbdl_export *e,
-			    const struct nbdl_conn_opts *co, uint16_t type,
-			    uint16_t flags, uint64_t offset, uint32_t len,
-			    const char **why)
+uint32_t nbdl_req_check(const struct nbdl_export *e,
+			const struct nbdl_conn_opts *co, uint16_t type,
+			uint16_t flags, uint64_t offset, uint32_t len,
+			const char **why)
 {
 	uint16_t allowed = NBD_CMD_FLAG_FUA;
 	bool writes = false, ranged = true;
@@ -178,15 +178,6 @@ uint32_t nbdl_req_check_why(const struct nbdl_export *e,
 		return NBD_EINVAL;
 	}
 	return 0;
-}
-
-uint32_t nbdl_req_check(const struct nbdl_export *e,
-			const struct nbdl_conn_opts *co, uint16_t type,
-			uint16_t flags, uint64_t offset, uint32_t len)
-{
-	const char *why;
-
-	return nbdl_req_check_why(e, co, type, flags, offset, len, &why);
 }
 
 /* ---- errors ---- */

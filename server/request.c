@@ -123,8 +123,8 @@ int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
 					     .flags = r->flags };
 		nbdl_trace_queued(c->exp, &r->tr);
 	}
-	r->err = nbdl_req_check_why(c->exp, &c->opts, r->type, r->flags,
-				    r->offset, r->len, &r->why);
+	r->err = nbdl_req_check(c->exp, &c->opts, r->type, r->flags, r->offset,
+				r->len, &r->why);
 	if ((r->type != NBD_CMD_READ && r->type != NBD_CMD_WRITE) ||
 	    r->len <= SRV_SMALL_REQ_BYTES)
 		worker_small_seen(c->w, c);

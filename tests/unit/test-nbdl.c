@@ -65,6 +65,18 @@ static void test_errors(void)
 	CHECK_EQ(nbdl_nbd_to_errno(NBD_ESHUTDOWN), ESHUTDOWN);
 }
 
+/* nbdl_req_check, and a reason with every refusal, none with a go-ahead. */
+static uint32_t req_check(const struct nbdl_export *e,
+			  const struct nbdl_conn_opts *co, uint16_t type,
+			  uint16_t flags, uint64_t offset, uint32_t len)
+{
+	const char *why = NULL;
+	uint32_t err = nbdl_req_check(e, co, type, flags, offset, len, &why);
+
+	CHECK(err ? why && *why : !why);
+	return err;
+}
+
 static void test_checks(void)
 {
 	struct nbdl_export rw = { .name = "", .size_bytes = 1 << 20 };
@@ -74,82 +86,82 @@ static void test_checks(void)
 	struct nbdl_conn_opts sr = { .structured = true, .meta_alloc = true };
 	const uint64_t S = 1 << 20;
 
-	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, 0, 0, 4096), 0);
-	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, 0, 100, 1), 0);
-	CHECK_EQ(nbdl_req_check(&rw, &plain, 8, 0, 0, 4096), NBD_EINVAL);
-	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, 1 << 7, 0, 512),
+	CHECK_EQ(req_check(&rw, &plain, NBD_CMD_READ, 0, 0, 4096), 0);
+	CHECK_EQ(req_check(&rw, &plain, NBD_CMD_READ, 0, 100, 1), 0);
+	CHECK_EQ(req_check(&rw, &plain, 8, 0, 0, 4096), NBD_EINVAL);
+	CHECK_EQ(req_check(&rw, &plain, NBD_CMD_READ, 1 << 7, 0, 512),
 		 NBD_EINVAL);
 	/* DF needs structured replies; NO_HOLE is not a read flag */
-	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, NBD_CMD_FLAG_DF, 0,
+	CHECK_EQ(req_check(&rw, &plain, NBD_CMD_READ, NBD_CMD_FLAG_DF, 0,
 				512),
 		 NBD_EINVAL);
-	CHECK_EQ(nbdl_req_check(&rw, &sr, NBD_CMD_READ, NBD_CMD_FLAG_DF, 0,
+	CHECK_EQ(req_check(&rw, &sr, NBD_CMD_READ, NBD_CMD_FLAG_DF, 0,
 				512),
 		 0);
-	CHECK_EQ(nbdl_req_check(&rw, &sr, NBD_CMD_READ, NBD_CMD_FLAG_NO_HOLE,
+	CHECK_EQ(req_check(&rw, &sr, NBD_CMD_READ, NBD_CMD_FLAG_NO_HOLE,
 				0, 512),
 		 NBD_EINVAL);
-	CHECK_EQ(nbdl_req_check(&rw, &sr, NBD_CMD_WRITE_ZEROES,
+	CHECK_EQ(req_check(&rw, &sr, NBD_CMD_WRITE_ZEROES,
 				NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO |
 					NBD_CMD_FLAG_FUA,
 				0, 512),
 		 0);
-	CHECK_EQ(nbdl_req_check(&rw, &sr, NBD_CMD_TRIM, NBD_CMD_FLAG_NO_HOLE, 0,
+	CHECK_EQ(req_check(&rw, &sr, NBD_CMD_TRIM, NBD_CMD_FLAG_NO_HOLE, 0,
 				512),
 		 NBD_EINVAL);
 	/* read-only */
-	CHECK_EQ(nbdl_req_check(&ro, &plain, NBD_CMD_WRITE, 0, 0, 512),
+	CHECK_EQ(req_check(&ro, &plain, NBD_CMD_WRITE, 0, 0, 512),
 		 NBD_EPERM);
-	CHECK_EQ(nbdl_req_check(&ro, &plain, NBD_CMD_TRIM, 0, 0, 512),
+	CHECK_EQ(req_check(&ro, &plain, NBD_CMD_TRIM, 0, 0, 512),
 		 NBD_EPERM);
-	CHECK_EQ(nbdl_req_check(&ro, &plain, NBD_CMD_WRITE_ZEROES, 0, 0, 512),
+	CHECK_EQ(req_check(&ro, &plain, NBD_CMD_WRITE_ZEROES, 0, 0, 512),
 		 NBD_EPERM);
-	CHECK_EQ(nbdl_req_check(&ro, &plain, NBD_CMD_READ, 0, 0, 512), 0);
-	CHECK_EQ(nbdl_req_check(&ro, &plain, NBD_CMD_FLUSH, 0, 0, 0), 0);
+	CHECK_EQ(req_check(&ro, &plain, NBD_CMD_READ, 0, 0, 512), 0);
+	CHECK_EQ(req_check(&ro, &plain, NBD_CMD_FLUSH, 0, 0, 0), 0);
 	/* range: ENOSPC for writes and zeroes, EINVAL otherwise; no wrap */
-	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_WRITE, 0, S - 512, 1024),
+	CHECK_EQ(req_check(&rw, &plain, NBD_CMD_WRITE, 0, S - 512, 1024),
 		 NBD_ENOSPC);
-	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_WRITE_ZEROES, 0, S, 512),
+	CHECK_EQ(req_check(&rw, &plain, NBD_CMD_WRITE_ZEROES, 0, S, 512),
 		 NBD_ENOSPC);
-	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, 0, S, 512),
+	CHECK_EQ(req_check(&rw, &plain, NBD_CMD_READ, 0, S, 512),
 		 NBD_EINVAL);
-	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, 0, UINT64_MAX - 511,
+	CHECK_EQ(req_check(&rw, &plain, NBD_CMD_READ, 0, UINT64_MAX - 511,
 				4096),
 		 NBD_EINVAL);
-	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_WRITE, 0,
+	CHECK_EQ(req_check(&rw, &plain, NBD_CMD_WRITE, 0,
 				UINT64_MAX - 511, 4096),
 		 NBD_ENOSPC);
-	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_READ, 0, S - 512, 512),
+	CHECK_EQ(req_check(&rw, &plain, NBD_CMD_READ, 0, S - 512, 512),
 		 0);
 	/* a flush has no range */
-	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_FLUSH, 0, UINT64_MAX, 7),
+	CHECK_EQ(req_check(&rw, &plain, NBD_CMD_FLUSH, 0, UINT64_MAX, 7),
 		 0);
 	/* reads above the maximum payload */
 	{
 		struct nbdl_export big = { .name = "", .size_bytes = 1ull << 40 };
 
-		CHECK_EQ(nbdl_req_check(&big, &sr, NBD_CMD_READ, 0, 0,
+		CHECK_EQ(req_check(&big, &sr, NBD_CMD_READ, 0, 0,
 					NBDL_MAX_PAYLOAD),
 			 0);
-		CHECK_EQ(nbdl_req_check(&big, &sr, NBD_CMD_READ, 0, 0,
+		CHECK_EQ(req_check(&big, &sr, NBD_CMD_READ, 0, 0,
 					NBDL_MAX_PAYLOAD + 512),
 			 NBD_EINVAL);
-		CHECK_EQ(nbdl_req_check(&big, &sr, NBD_CMD_READ,
+		CHECK_EQ(req_check(&big, &sr, NBD_CMD_READ,
 					NBD_CMD_FLAG_DF, 0,
 					NBDL_MAX_PAYLOAD + 512),
 			 NBD_EOVERFLOW);
 		/* a trim or zero of any length is fine */
-		CHECK_EQ(nbdl_req_check(&big, &sr, NBD_CMD_TRIM, 0, 0,
+		CHECK_EQ(req_check(&big, &sr, NBD_CMD_TRIM, 0, 0,
 					UINT32_MAX),
 			 0);
 	}
 	/* block status: needs base:allocation and a length */
-	CHECK_EQ(nbdl_req_check(&rw, &plain, NBD_CMD_BLOCK_STATUS, 0, 0, 512),
+	CHECK_EQ(req_check(&rw, &plain, NBD_CMD_BLOCK_STATUS, 0, 0, 512),
 		 NBD_EINVAL);
-	CHECK_EQ(nbdl_req_check(&rw, &sr, NBD_CMD_BLOCK_STATUS,
+	CHECK_EQ(req_check(&rw, &sr, NBD_CMD_BLOCK_STATUS,
 				NBD_CMD_FLAG_REQ_ONE, 0, 512),
 		 0);
-	CHECK_EQ(nbdl_req_check(&rw, &sr, NBD_CMD_BLOCK_STATUS, 0, 0, 0),
+	CHECK_EQ(req_check(&rw, &sr, NBD_CMD_BLOCK_STATUS, 0, 0, 0),
 		 NBD_EINVAL);
 
 	/* transmission flags */

@@ -159,20 +159,14 @@ uint16_t nbdl_transmission_flags(const struct nbdl_export *e,
  * end: ENOSPC for writes and write-zeroes, EINVAL otherwise; reads above
  * the maximum payload: EOVERFLOW with DF, else EINVAL; block status
  * without base:allocation or of length 0: EINVAL.  Alignment is not
- * checked (see the top).  Returns the NBD error, or 0 to go ahead.
+ * checked (see the top).  Returns the NBD error, or 0 to go ahead; on an
+ * error, @why says in a few words which rule the request broke (for a
+ * human, in the reply's error chunk).
  */
 uint32_t nbdl_req_check(const struct nbdl_export *e,
 			const struct nbdl_conn_opts *co, uint16_t type,
-			uint16_t flags, uint64_t offset, uint32_t len);
-
-/*
- * The same, and on an error, @why (not NULL) says in a few words which
- * rule the request broke: for a human, in the reply's error chunk.
- */
-uint32_t nbdl_req_check_why(const struct nbdl_export *e,
-			    const struct nbdl_conn_opts *co, uint16_t type,
-			    uint16_t flags, uint64_t offset, uint32_t len,
-			    const char **why);
+			uint16_t flags, uint64_t offset, uint32_t len,
+			const char **why);
 
 /* What an NBD error value means, for a reply with no better reason. */
 const char *nbdl_error_text(uint32_t nbd_err);
