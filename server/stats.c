@@ -236,17 +236,9 @@ static void control_cb(struct ev_loop *loop, ev_io *w, int revents)
 		return;
 	}
 	ev_io_init(&rd->io, reader_write_cb, fd, EV_WRITE);
-	if (reader_send(rd)) {
-		close(fd);
-		free(rd->doc);
-		free(rd);
-		return;
-	}
 	/* A reader that makes no progress for this long is dropped. */
 	ev_init(&rd->timeout, reader_timeout_cb);
 	rd->timeout.repeat = CONTROL_SEND_TIMEOUT_S;
-	ev_timer_again(loop, &rd->timeout);
-	ev_io_start(loop, &rd->io);
 	rd->next = readers;
 	if (readers)
 		readers->pprev = &rd->next;
@@ -254,6 +246,13 @@ static void control_cb(struct ev_loop *loop, ev_io *w, int revents)
 	readers = rd;
 	if (++nr_readers == CONTROL_MAX_READERS)
 		ev_io_stop(loop, &control_w);
+	/* Most documents fit the socket at once: done before a watcher. */
+	if (reader_send(rd)) {
+		reader_free(loop, rd);
+		return;
+	}
+	ev_timer_again(loop, &rd->timeout);
+	ev_io_start(loop, &rd->io);
 }
 
 static void interval_cb(struct ev_loop *loop, ev_timer *w, int revents)
