@@ -388,6 +388,18 @@ struct ioq {
 	struct ioq_timer *timers;
 	struct ioq_slot *slots;
 	unsigned int hints; /* CACHE bios the backend holds (file_submit) */
+	/*
+	 * ioq_call_post: calls posted from any thread (under @call_lock),
+	 * and the eventfd that wakes the queue's thread for them, watched
+	 * through @call_poll while calls are expected (owner thread only:
+	 * @calls_expected, @call_armed).  -1 until the first expect.
+	 */
+	pthread_mutex_t call_lock;
+	struct ioq_call *calls;
+	int call_efd;
+	struct ioq_poll call_poll;
+	unsigned int calls_expected;
+	bool call_armed;
 };
 
 /* The backend took (@n 1) or ended (@n -1) @bio: count it if a hint. */

@@ -4,8 +4,10 @@
  * of a thread, dispatch to the backend, and the bios done inline.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -64,6 +66,12 @@ void ioq_destroy(struct ioq *q)
 		q->slots = sl->next;
 		sl->destroy(sl);
 	}
+	/* Nothing in flight: no call is expected, none is posted. */
+	if (q->call_efd >= 0) {
+		ioq_poll_del(q, &q->call_poll);
+		close(q->call_efd);
+	}
+	pthread_mutex_destroy(&q->call_lock);
 	/* Nothing in flight, so later_head is empty: only spare nodes. */
 	while (q->later_free) {
 		struct ioq_later *l = q->later_free;
@@ -109,6 +117,12 @@ void ioq_init(struct ioq *q, const struct ioq_ops *ops,
 	q->later_tail = &q->later_head;
 	q->timers = NULL;
 	q->slots = NULL;
+	pthread_mutex_init(&q->call_lock, NULL);
+	q->calls = NULL;
+	q->call_efd = -1;
+	memset(&q->call_poll, 0, sizeof(q->call_poll));
+	q->calls_expected = 0;
+	q->call_armed = false;
 }
 
 void ioq_slot_add(struct ioq *q, struct ioq_slot *s)
@@ -135,6 +149,86 @@ int ioq_poll_set(struct ioq *q, struct ioq_poll *p)
 void ioq_poll_del(struct ioq *q, struct ioq_poll *p)
 {
 	q->ops->poll_del(q, p);
+}
+
+/*
+ * The calls posted so far, on the queue's thread (a reap): each one
+ * expected stops counting as in flight before its @fn runs, which may
+ * expect another.
+ */
+static void ioq_call_run(struct ioq_poll *p, unsigned int revents)
+{
+	struct ioq *q = container_of(p, struct ioq, call_poll);
+	struct ioq_call *list, *fifo = NULL;
+	uint64_t v;
+
+	(void)revents;
+	q->call_armed = false;
+	(void)!read(q->call_efd, &v, sizeof(v));
+	pthread_mutex_lock(&q->call_lock);
+	list = q->calls;
+	q->calls = NULL;
+	pthread_mutex_unlock(&q->call_lock);
+	/* Posted newest first: run them in the order they came. */
+	while (list) {
+		struct ioq_call *c = list;
+
+		list = c->next;
+		c->next = fifo;
+		fifo = c;
+	}
+	while (fifo) {
+		struct ioq_call *c = fifo;
+
+		fifo = c->next;
+		q->calls_expected--;
+		q->inflight--;
+		c->fn(c);
+	}
+	/* One-shot: watch again while posts are still to come. */
+	if (q->calls_expected && !q->call_armed &&
+	    !ioq_poll_set(q, &q->call_poll))
+		q->call_armed = true;
+}
+
+int ioq_call_expect(struct ioq *q)
+{
+	int r;
+
+	if (q->call_efd < 0) {
+		q->call_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (q->call_efd < 0)
+			return -errno;
+		q->call_poll.fd = q->call_efd;
+		q->call_poll.events = POLLIN;
+		q->call_poll.fn = ioq_call_run;
+	}
+	if (!q->call_armed) {
+		r = ioq_poll_set(q, &q->call_poll);
+		if (r)
+			return r;
+		q->call_armed = true;
+	}
+	q->calls_expected++;
+	q->inflight++;
+	return 0;
+}
+
+void ioq_call_post(struct ioq *q, struct ioq_call *c)
+{
+	uint64_t one = 1;
+
+	/*
+	 * Signal before letting go of the lock: once @c is on the list the
+	 * owner may run it and, nothing left in flight, destroy the queue,
+	 * whose fd number may then name another file (threads.c does the
+	 * same).
+	 */
+	pthread_mutex_lock(&q->call_lock);
+	c->next = q->calls;
+	q->calls = c;
+	(void)!write(q->call_efd, &one, sizeof(one));
+	pthread_mutex_unlock(&q->call_lock);
 }
 
 void ioq_timer_add(struct ioq *q, struct ioq_timer *tm)
@@ -366,6 +460,21 @@ int ioq_wait(struct ioq *q)
 	int n = ioq_end_deferred(q);
 
 	return n ? n : q->ops->wait(q);
+}
+
+void ioq_wait_for(struct ioq *q, const bool *done)
+{
+	while (!*done) {
+		int r = ioq_wait(q);
+
+		/*
+		 * What is waited for is in flight and owns the caller's
+		 * buffers: there is no returning before it ends, so a failing
+		 * wait is retried.
+		 */
+		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
+			ioq_reap(q);
+	}
 }
 
 int ioq_event_fd(struct ioq *q)

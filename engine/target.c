@@ -55,22 +55,13 @@ int submit_bio_wait(struct target *t, struct bio *bio)
 	bio_end_io_t *end_io = bio->bi_end_io;
 	void *private = bio->bi_private;
 	bool done = false;
-	int r;
 
 	if (!q)
 		return -ENXIO;
 	bio->bi_private = &done;
 	bio->bi_end_io = submit_wait_endio;
 	submit_bio(t, bio);
-	while (!done) {
-		r = ioq_wait(q);
-		/*
-		 * The bio is in flight and owns the caller's buffers: there is
-		 * no returning before it ends, so a failing wait is retried.
-		 */
-		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
-			ioq_reap(q);
-	}
+	ioq_wait_for(q, &done);
 	bio->bi_end_io = end_io;
 	bio->bi_private = private;
 	return bio->bi_status;

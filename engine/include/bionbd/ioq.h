@@ -120,6 +120,13 @@ bool ioq_has_ready(const struct ioq *q);
 int ioq_wait(struct ioq *q);
 
 /**
+ * ioq_wait_for - ioq_wait until *@done, which an end_io run by the waits
+ * sets; a failing wait is retried (what is in flight owns the caller's
+ * buffers, so there is no returning early).  @q's own thread.
+ */
+void ioq_wait_for(struct ioq *q, const bool *done);
+
+/**
  * ioq_set_inline_wakeup - whether bios done inline make ioq_event_fd()
  * readable (default on).  A loop that runs ioq_reap() before every block
  * (ioq_ev.h) turns it off and saves two system calls a batch.
@@ -152,6 +159,36 @@ int64_t ioq_timer_next_ns(const struct ioq *q);
  * The caller must not read it; ioq_reap drains it.  Returns the fd or -errno.
  */
 int ioq_event_fd(struct ioq *q);
+
+/*
+ * A call onto a queue's own thread from any thread: how a thread hands
+ * back work it parked for another (nbd/request.c's read-modify-writes
+ * waiting for each other's edge sectors), so that its bios are submitted,
+ * and end, where they belong.  The caller owns it and keeps it alive
+ * until @fn has run.
+ */
+struct ioq_call {
+	struct ioq_call *next; /* the queue's while posted */
+	void (*fn)(struct ioq_call *c);
+};
+
+/**
+ * ioq_call_expect - @q's own thread: an ioq_call_post() to @q will come
+ *
+ * Until its @fn has run, the call counts as in flight: ioq_wait() blocks
+ * for it (and wakes for it), and an event loop's event fd becomes
+ * readable when it is posted.  Each expect is answered by exactly one
+ * post.  Returns 0, or -errno when the wake-up cannot be set up (no post
+ * may come then).
+ */
+int ioq_call_expect(struct ioq *q);
+
+/**
+ * ioq_call_post - any thread: run @c->fn on @q's thread, at its next reap
+ * (never inside this call, even on that thread).  Only after an
+ * ioq_call_expect(@q) it answers.
+ */
+void ioq_call_post(struct ioq *q, struct ioq_call *c);
 
 /**
  * ioq_pool_set_threads - size of the shared thread-pool backend (before the
