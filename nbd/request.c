@@ -5,6 +5,7 @@
  * answer is, and which NBD error a failure is.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -392,14 +393,31 @@ static void span_of(uint64_t off, uint64_t count, struct span *s)
 
 /*
  * An unaligned request between nbdl_split_start and nbdl_split_end: what
- * the end needs, and the partial end sectors a read bounces through.
+ * the end needs, the partial end sectors a read bounces through, and for
+ * a write or write-zeroes its read-modify-write (nbdl_split_submit).
  */
 struct nbdl_split {
+	struct ioq_call call; /* first: a waiter resumes through it */
 	uint16_t type;
 	uint64_t offset;
 	uint32_t len; /* block status: what the span could cover */
 	bool req_one;
+	bool rmw; /* a write or write-zeroes: nbdl_split_submit carries it out */
 	struct span s;
+	struct nbdl_export *e;
+	unsigned int opf;
+	const char *src; /* write: the payload; NULL: zeroes */
+	struct bio *parent; /* the caller's bio, ended once all is done */
+	struct ioq *q; /* the submitting thread's: its bios end there */
+	unsigned int pending; /* bios of the current step in flight */
+	int err; /* the first of theirs to fail */
+	/* The partial end sectors it holds (or waits for), and their copies. */
+	sector_t lk[2];
+	char *lk_buf[2];
+	unsigned int nr_lk;
+	struct nbdl_split *held_next; /* in e->rmw_held while it holds them */
+	struct nbdl_split *waiters; /* parked until it lets them go */
+	struct nbdl_split *wait_next;
 	char hb[SECTOR_SIZE], tb[SECTOR_SIZE];
 };
 
@@ -449,20 +467,6 @@ static struct bio *range_bio(unsigned int opf, void *buf, uint64_t start,
 	return bio;
 }
 
-/* Caller holds rmw_lock.  Read the partial end sectors into hb/tb. */
-static int read_edges(struct nbdl_export *e, const struct span *s, char *hb,
-		      char *tb)
-{
-	int r = 0;
-
-	if (s->head || s->one)
-		r = do_direct(e, REQ_OP_READ, hb, s->start, SECTOR_SIZE, NULL);
-	if (!r && s->tail && !s->one)
-		r = do_direct(e, REQ_OP_READ, tb, s->end - SECTOR_SIZE,
-			      SECTOR_SIZE, NULL);
-	return r;
-}
-
 /* Fill the request's part of the edge sectors from @src, or with zeroes. */
 static void patch_edges(const struct span *s, const char *src, uint64_t off,
 			uint64_t count, char *hb, char *tb)
@@ -486,56 +490,288 @@ static void patch_edges(const struct span *s, const char *src, uint64_t off,
 }
 
 /*
- * Two unaligned writes into one sector must not lose each other's bytes,
- * so the read-modify-write of the partial end sectors holds the export's
- * lock, and is all that is done at once: a sector or two however long the
- * request.  The whole sectors between go as a bio of their own, outside
- * the lock, as an aligned write would: it overlaps byte-wise any unaligned
- * write into those sectors, and NBD leaves the order of overlapping
- * requests in flight unspecified anyway.  @src NULL: zeroes.
+ * The read-modify-write of an unaligned write or write-zeroes, carried out
+ * without waiting: bios that end through bio_endio on the submitting
+ * thread, one step after another, the caller's bio (the parent) ended
+ * last.  The steps:
+ *
+ *  1. (a fast zero only) the whole sectors, which alone may refuse, so
+ *     that a refusal changes nothing;
+ *  2. take the partial end sectors (rmw_lock_edges), parking behind a
+ *     read-modify-write that holds one of them;
+ *  3. read them (rmw_read_endio), then patch in the request's bytes;
+ *  4. write them and the whole sectors between: for a write the parent's
+ *     own vector, one bio over the span; for zeroes the edge sectors and
+ *     the whole ones, apart (rmw_write_endio); then let the sectors go and
+ *     wake whoever waits for them.
+ *
+ * Two unaligned writes into one sector must not lose each other's bytes:
+ * each holds its edge sectors from before its read until after its write,
+ * so no other read-modify-write of them comes between.  Nothing is
+ * written before both edges were read: a failed read fails the request
+ * with the data as it was.  The whole sectors of a request overlap
+ * byte-wise any other request into them, aligned or not, and NBD leaves
+ * the order of overlapping requests in flight unspecified: they need no
+ * lock, and aligned requests never take one.
  */
-static int rmw_edges(struct nbdl_export *e, struct nbdl_split *sp,
-		     const char *src, unsigned int fua)
+_Static_assert(offsetof(struct nbdl_split, call) == 0,
+	       "rmw_of_call: the call comes first");
+#define rmw_of_call(c) ((struct nbdl_split *)(c))
+
+static void rmw_end(struct nbdl_split *sp, int err)
+{
+	struct bio *parent = sp->parent;
+
+	/* The caller's end_io frees @sp (nbdl_split_end). */
+	bio_endio(parent, parent->bi_iter.bi_size, err);
+}
+
+/* The sectors that only part of the request covers. */
+static void rmw_edges_of(struct nbdl_split *sp)
 {
 	const struct span *s = &sp->s;
-	int r;
 
-	if (!s->head && !s->tail)
-		return 0;
+	sp->nr_lk = 0;
+	if (s->head || s->one) {
+		sp->lk[sp->nr_lk] = s->start >> SECTOR_SHIFT;
+		sp->lk_buf[sp->nr_lk++] = sp->hb;
+	}
+	if (s->tail && !s->one) {
+		sp->lk[sp->nr_lk] = (s->end >> SECTOR_SHIFT) - 1;
+		sp->lk_buf[sp->nr_lk++] = sp->tb;
+	}
+}
+
+/* Caller holds rmw_lock: who holds one of @sp's edge sectors, or NULL. */
+static struct nbdl_split *rmw_holder(struct nbdl_export *e,
+				     const struct nbdl_split *sp)
+{
+	for (struct nbdl_split *h = e->rmw_held; h; h = h->held_next)
+		for (unsigned int i = 0; i < h->nr_lk; i++)
+			for (unsigned int j = 0; j < sp->nr_lk; j++)
+				if (h->lk[i] == sp->lk[j])
+					return h;
+	return NULL;
+}
+
+/* Send @n bios of one step, each ending in @end_io, @sp's next step. */
+static void rmw_submit(struct nbdl_split *sp, struct bio **bio, unsigned int n,
+		       bio_end_io_t *end_io)
+{
+	struct target *vol = sp->e->vol;
+	unsigned int i;
+
+	sp->pending = n;
+	for (i = 0; i < n; i++) {
+		bio[i]->bi_private = sp;
+		bio[i]->bi_end_io = end_io;
+		bio[i]->bi_trace = sp->parent->bi_trace;
+	}
+	/* The last one may end at once and free @sp: only @bio from here. */
+	for (i = 0; i < n; i++)
+		submit_bio(vol, bio[i]);
+}
+
+/* A bio of the step ended: true when it was the last one. */
+static bool rmw_bio_done(struct bio *bio, struct nbdl_split **out)
+{
+	struct nbdl_split *sp = bio->bi_private;
+
+	if (bio->bi_status && !sp->err)
+		sp->err = bio->bi_status;
+	bio_put(bio);
+	*out = sp;
+	return !--sp->pending;
+}
+
+/* One bio per edge sector, over its copy; 0 or -ENOMEM (none made). */
+static int rmw_edge_bios(struct nbdl_split *sp, unsigned int opf,
+			 struct bio **bio)
+{
+	for (unsigned int i = 0; i < sp->nr_lk; i++) {
+		bio[i] = range_bio(opf, sp->lk_buf[i],
+				   (uint64_t)sp->lk[i] << SECTOR_SHIFT,
+				   SECTOR_SIZE);
+		if (!bio[i]) {
+			while (i--)
+				bio_put(bio[i]);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+static void rmw_read_edges(struct nbdl_split *sp);
+
+/*
+ * Take @sp's edge sectors, or park it behind their holder: the holder
+ * posts it back to its own thread (rmw_resume) when it lets them go.
+ */
+static void rmw_lock_edges(struct nbdl_split *sp)
+{
+	struct nbdl_export *e = sp->e;
+	struct nbdl_split *h;
+	int r = 0;
+
 	pthread_mutex_lock(&e->rmw_lock);
-	r = read_edges(e, s, sp->hb, sp->tb);
-	if (!r) {
-		patch_edges(s, src, sp->offset, sp->len, sp->hb, sp->tb);
-		if (s->head || s->one)
-			r = do_direct(e, REQ_OP_WRITE | fua, sp->hb, s->start,
-				      SECTOR_SIZE, NULL);
-		if (!r && s->tail && !s->one)
-			r = do_direct(e, REQ_OP_WRITE | fua, sp->tb,
-				      s->end - SECTOR_SIZE, SECTOR_SIZE, NULL);
+	h = rmw_holder(e, sp);
+	if (!h) {
+		sp->held_next = e->rmw_held;
+		e->rmw_held = sp;
+	} else {
+		r = ioq_call_expect(sp->q);
+		if (!r) {
+			sp->wait_next = h->waiters;
+			h->waiters = sp;
+		}
 	}
 	pthread_mutex_unlock(&e->rmw_lock);
-	return r;
+	if (r)
+		rmw_end(sp, r);
+	else if (!h)
+		rmw_read_edges(sp);
+}
+
+/* The holder let go: try again (another may have taken them since). */
+static void rmw_resume(struct ioq_call *c)
+{
+	rmw_lock_edges(rmw_of_call(c));
+}
+
+static void rmw_unlock_edges(struct nbdl_split *sp)
+{
+	struct nbdl_export *e = sp->e;
+	struct nbdl_split **pp, *w;
+
+	pthread_mutex_lock(&e->rmw_lock);
+	for (pp = &e->rmw_held; *pp != sp; pp = &(*pp)->held_next)
+		;
+	*pp = sp->held_next;
+	w = sp->waiters;
+	sp->waiters = NULL;
+	pthread_mutex_unlock(&e->rmw_lock);
+	while (w) {
+		struct nbdl_split *next = w->wait_next;
+
+		ioq_call_post(w->q, &w->call);
+		w = next;
+	}
+}
+
+static void rmw_write_endio(struct bio *bio)
+{
+	struct nbdl_split *sp;
+
+	if (!rmw_bio_done(bio, &sp))
+		return;
+	rmw_unlock_edges(sp);
+	rmw_end(sp, sp->err);
+}
+
+/* The edges are merged: write them and the whole sectors between. */
+static void rmw_write(struct nbdl_split *sp)
+{
+	const struct span *s = &sp->s;
+	struct bio *bio[3];
+	unsigned int n = 0;
+	int r = 0;
+
+	if (sp->type == NBD_CMD_WRITE) {
+		/* The parent's vector: the edge copies and the payload. */
+		bio[n] = bio_clone(sp->parent);
+		if (bio[n])
+			n++;
+		else
+			r = -ENOMEM;
+	} else {
+		r = rmw_edge_bios(sp, REQ_OP_WRITE | (sp->opf & REQ_FUA), bio);
+		if (!r)
+			n = sp->nr_lk;
+		/* A fast zero's whole sectors are zeroed already. */
+		if (!r && !(sp->opf & REQ_NOFALLBACK) &&
+		    s->mid_end > s->mid_start) {
+			bio[n] = range_bio(sp->opf, NULL, s->mid_start,
+					   s->mid_end - s->mid_start);
+			if (bio[n]) {
+				n++;
+			} else {
+				r = -ENOMEM;
+				while (n--)
+					bio_put(bio[n]);
+			}
+		}
+	}
+	if (r) {
+		rmw_unlock_edges(sp);
+		rmw_end(sp, r);
+		return;
+	}
+	rmw_submit(sp, bio, n, rmw_write_endio);
+}
+
+static void rmw_read_endio(struct bio *bio)
+{
+	struct nbdl_split *sp;
+
+	if (!rmw_bio_done(bio, &sp))
+		return;
+	/* Nothing written yet: the request fails with the data as it was. */
+	if (sp->err) {
+		rmw_unlock_edges(sp);
+		rmw_end(sp, sp->err);
+		return;
+	}
+	patch_edges(&sp->s, sp->src, sp->offset, sp->len, sp->hb, sp->tb);
+	rmw_write(sp);
+}
+
+/* Holding the edge sectors: read them into their copies. */
+static void rmw_read_edges(struct nbdl_split *sp)
+{
+	struct bio *bio[2];
+	int r;
+
+	r = rmw_edge_bios(sp, REQ_OP_READ, bio);
+	if (r) {
+		rmw_unlock_edges(sp);
+		rmw_end(sp, r);
+		return;
+	}
+	rmw_submit(sp, bio, sp->nr_lk, rmw_read_endio);
+}
+
+static void rmw_zero_mid_endio(struct bio *bio)
+{
+	struct nbdl_split *sp;
+
+	if (!rmw_bio_done(bio, &sp))
+		return;
+	if (sp->err)
+		rmw_end(sp, sp->err); /* refused (or failed): nothing else */
+	else
+		rmw_lock_edges(sp);
 }
 
 /*
  * A fast zero must refuse before anything has changed, and only its whole
- * sectors can refuse: they go first, and the edges after them, all here.
- * (A fast zero is quick by definition, or refused.)
+ * sectors can refuse: they go first, the edges after them.
  */
-static int zero_fast_unaligned(struct nbdl_export *e, struct nbdl_split *sp,
-			       unsigned int opf)
+static void rmw_zero_mid(struct nbdl_split *sp)
 {
 	const struct span *s = &sp->s;
-	int r = 0;
+	struct bio *bio;
 
 	/* Only edges: nothing faster than a write is possible. */
-	if (s->mid_end == s->mid_start)
-		return -EOPNOTSUPP;
-	r = do_direct(e, opf, NULL, s->mid_start, s->mid_end - s->mid_start,
-		      NULL);
-	if (!r)
-		r = rmw_edges(e, sp, NULL, opf & REQ_FUA);
-	return r;
+	if (s->mid_end == s->mid_start) {
+		rmw_end(sp, -EOPNOTSUPP);
+		return;
+	}
+	bio = range_bio(sp->opf, NULL, s->mid_start, s->mid_end - s->mid_start);
+	if (!bio) {
+		rmw_end(sp, -ENOMEM);
+		return;
+	}
+	rmw_submit(sp, &bio, 1, rmw_zero_mid_endio);
 }
 
 int nbdl_split_start(struct nbdl_export *e, uint16_t type, uint16_t flags,
@@ -545,23 +781,25 @@ int nbdl_split_start(struct nbdl_export *e, uint16_t type, uint16_t flags,
 {
 	unsigned int opf = nbdl_opf(type, flags);
 	struct nbdl_split *sp;
-	uint64_t saved_trace = cur_trace, n;
 	struct bio *bio = NULL;
 	const struct span *s;
+	uint64_t n;
 	int r = 0;
 
 	*out = NULL;
 	*biop = NULL;
-	sp = malloc(sizeof(*sp));
+	sp = calloc(1, sizeof(*sp));
 	if (!sp)
 		return -ENOMEM;
+	sp->call.fn = rmw_resume;
+	sp->e = e;
 	sp->type = type;
+	sp->opf = opf;
 	sp->offset = offset;
 	sp->len = len;
 	sp->req_one = flags & NBD_CMD_FLAG_REQ_ONE;
 	span_of(offset, len, &sp->s);
 	s = &sp->s;
-	cur_trace = trace;
 	switch (type) {
 	case NBD_CMD_READ:
 		bio = span_bio(opf, s, buf, offset, sp->hb, sp->tb);
@@ -569,17 +807,30 @@ int nbdl_split_start(struct nbdl_export *e, uint16_t type, uint16_t flags,
 			r = -ENOMEM;
 		break;
 	case NBD_CMD_WRITE:
-		r = rmw_edges(e, sp, buf, opf & REQ_FUA);
+		/* The write itself, once its edge copies are merged. */
+		sp->rmw = true;
+		sp->src = buf;
+		bio = span_bio(opf, s, buf, offset, sp->hb, sp->tb);
+		if (!bio)
+			r = -ENOMEM;
 		break;
 	case NBD_CMD_WRITE_ZEROES:
-		if (opf & REQ_NOFALLBACK) {
-			r = zero_fast_unaligned(e, sp, opf);
-			goto out;
-		}
-		r = rmw_edges(e, sp, NULL, opf & REQ_FUA);
+		/* Stands for the request: never submitted itself. */
+		sp->rmw = true;
+		n = s->end - s->start;
+		bio = range_bio(opf, NULL, s->start,
+				n < NBDL_MAX_SPAN ? n : NBDL_MAX_SPAN);
+		if (!bio)
+			r = -ENOMEM;
 		break;
 	case NBD_CMD_TRIM:
 		/* Advisory: only the whole sectors inside may go. */
+		if (s->mid_end > s->mid_start) {
+			bio = range_bio(opf, NULL, s->mid_start,
+					s->mid_end - s->mid_start);
+			if (!bio)
+				r = -ENOMEM;
+		}
 		break;
 	case NBD_CMD_CACHE:
 		/* A hint: widened to sectors, and it may fall short. */
@@ -607,29 +858,33 @@ int nbdl_split_start(struct nbdl_export *e, uint16_t type, uint16_t flags,
 		r = -EINVAL;
 		break;
 	}
-	/* Writes, zeroes and trims: the whole sectors between the edges. */
-	if (!r && !bio && s->mid_end > s->mid_start &&
-	    (type == NBD_CMD_WRITE || type == NBD_CMD_WRITE_ZEROES ||
-	     type == NBD_CMD_TRIM)) {
-		bio = range_bio(opf,
-				type == NBD_CMD_WRITE ?
-					(char *)buf + (s->mid_start - offset) :
-					NULL,
-				s->mid_start, s->mid_end - s->mid_start);
-		if (!bio)
-			r = -ENOMEM;
-	}
-out:
-	cur_trace = saved_trace;
 	if (r) {
 		free(sp);
 		return r;
 	}
+	if (sp->rmw)
+		rmw_edges_of(sp);
 	if (bio)
 		bio->bi_trace = trace;
 	*out = sp;
 	*biop = bio;
 	return 0;
+}
+
+void nbdl_split_submit(struct nbdl_split *sp, struct bio *bio)
+{
+	if (!sp->rmw) {
+		submit_bio(sp->e->vol, bio);
+		return;
+	}
+	sp->parent = bio;
+	sp->q = ioq_current();
+	if (!sp->q)
+		rmw_end(sp, -ENXIO);
+	else if (sp->opf & REQ_NOFALLBACK)
+		rmw_zero_mid(sp);
+	else
+		rmw_lock_edges(sp);
 }
 
 int nbdl_split_end(struct nbdl_split *sp, int err, void *buf,
@@ -698,6 +953,26 @@ int nbdl_extents_finish(struct bio_extents *ext, uint64_t span_start,
 
 /* ---- synchronous requests ---- */
 
+static void split_wait_endio(struct bio *bio)
+{
+	*(bool *)bio->bi_private = true;
+}
+
+/* nbdl_split_submit, waited for on this thread's ioq (nbdkit's threads). */
+static int split_submit_wait(struct nbdl_split *sp, struct bio *bio)
+{
+	struct ioq *q = ioq_current();
+	bool done = false;
+
+	if (!q)
+		return -ENXIO;
+	bio->bi_private = &done;
+	bio->bi_end_io = split_wait_endio;
+	nbdl_split_submit(sp, bio);
+	ioq_wait_for(q, &done);
+	return bio->bi_status;
+}
+
 static int do_request(struct nbdl_export *e, uint16_t type, uint16_t flags,
 		      void *buf, uint64_t offset, uint32_t len,
 		      struct bio_extents *ext, size_t max_extents)
@@ -722,7 +997,7 @@ static int do_request(struct nbdl_export *e, uint16_t type, uint16_t flags,
 	if (r)
 		return r;
 	if (bio) {
-		r = submit_bio_wait(e->vol, bio);
+		r = split_submit_wait(sp, bio);
 		bio_put(bio);
 	}
 	return nbdl_split_end(sp, r, buf, ext, max_extents);

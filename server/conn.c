@@ -428,7 +428,7 @@ static unsigned int req_cost(const struct nbd_req *r)
 		return SRV_COST_BLOCK_STATUS;
 	if (r->type == NBD_CMD_CACHE)
 		return SRV_COST_CACHE;
-	/* Only these wait on the worker, for their edge sectors. */
+	/* Several bios each: their edge sectors read, then written. */
 	if ((r->type == NBD_CMD_WRITE || r->type == NBD_CMD_WRITE_ZEROES) &&
 	    !nbdl_is_direct(r->type, r->offset, r->len))
 		return SRV_COST_UNALIGNED;

@@ -3,8 +3,9 @@
  * request.c - one NBD request: parse its header, check it (the NBD layer's
  * rules), and carry it out: a direct request becomes one bio submitted to
  * the export's volume, whose completion queues the reply; an unaligned one
- * (which only clients that ignore the advertised block size send) waits
- * for its edge sectors at most (nbdl_split_start), then goes the same way.
+ * (which only clients that ignore the advertised block size send) goes
+ * the same way through nbdl_split_submit, which read-modify-writes its
+ * edge sectors with bios of its own, waiting for none of them.
  * A large read on a unix socket may need neither: its reply is queued at
  * once and conn.c sends the data from the member files with sendfile.
  */
@@ -189,7 +190,7 @@ void req_run(struct nbd_req *r)
 		return;
 	}
 	if (!nbdl_is_direct(r->type, r->offset, r->len)) {
-		/* Only its edges wait here: the rest is a bio like any other. */
+		/* Nothing waits here: its edges are bios like any other. */
 		err = nbdl_split_start(e, r->type, r->flags, r->buf, r->offset,
 				       r->len, &r->ext, r->tr.seq, &r->split,
 				       &bio);
@@ -221,5 +222,8 @@ void req_run(struct nbd_req *r)
 	bio->bi_private = r;
 	bio->bi_end_io = req_endio;
 	bio->bi_trace = r->tr.seq;
-	submit_bio(e->vol, bio);
+	if (r->split)
+		nbdl_split_submit(r->split, bio);
+	else
+		submit_bio(e->vol, bio);
 }

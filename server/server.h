@@ -83,14 +83,15 @@
 #define SRV_COST_BLOCK_STATUS 64u
 #define SRV_COST_CACHE 64u
 /*
- * An unaligned write or write-zeroes read-modify-writes its edge sectors on
- * the worker, waited for (nbdl_split_start: a member round trip or two):
- * over members that take milliseconds an I/O (remote ones, a delay rule),
- * 256 of them a turn at one unit each held every other client of the
- * worker for seconds.  Only clients that ignore the advertised minimum
- * block size send them.
+ * An unaligned write or write-zeroes read-modify-writes its edge sectors:
+ * up to five bios where an aligned request has one (nbdl_split_submit:
+ * the edges read, then written with the whole sectors between), none of
+ * them waited for on the worker, however slow the member: the worker
+ * serves its other clients meanwhile.  So it costs about what its bios
+ * do.  Only clients that ignore the advertised minimum block size send
+ * them.
  */
-#define SRV_COST_UNALIGNED 64u
+#define SRV_COST_UNALIGNED 4u
 #define SRV_UNIX_SNDBUF (4 << 20) /* queued replies per unix socket */
 #define SRV_READ_CHUNKS 8 /* content chunks in one structured read */
 #define SRV_MAX_EXTENTS (1u << 20) /* descriptors in one block status */

@@ -17,16 +17,18 @@
  * spec asks of servers whose clients may not have negotiated block sizes
  * (NBD_OPT_EXPORT_NAME, or NBD_OPT_GO without NBD_INFO_BLOCK_SIZE): reads
  * bounce the partial end sectors, writes and write-zeroes read-modify-write
- * them under the export's lock, trims shrink to the whole sectors inside
+ * them holding them against other read-modify-writes, trims shrink to the whole sectors inside
  * (a trim is advisory), cache and block status widen to whole sectors.
  * Aligned requests, the only kind well-behaved clients send, never take the
- * lock and become one bio.  An unaligned one waits only for its edges (a
- * sector or two, nbdl_split_start), so that a front end with many clients
- * per thread sends the rest as one bio like any other and is not held up
- * for its length.
+ * lock and become one bio.  An unaligned one is carried out without
+ * waiting (nbdl_split_submit: its edge reads and writes are bios that end
+ * through bio_endio like any other), so that a front end with many
+ * clients per thread goes on serving them meanwhile, however slow the
+ * member under its edges.
  *
  * Threads: every function may be called from any thread; the ones that do
- * I/O need a current ioq (ioq_set_current) and wait in it.
+ * I/O need a current ioq (ioq_set_current): nbdl_do waits in it,
+ * nbdl_split_submit's bios end on it.
  */
 #ifndef BIONBD_NBDL_H
 #define BIONBD_NBDL_H
@@ -61,6 +63,8 @@
 
 /* ---- exports ---- */
 
+struct nbdl_split;
+
 /* One served export: a striped volume and how it is presented. */
 struct nbdl_export {
 	char *name; /* NBD export name ("" for a command-line volume) */
@@ -70,8 +74,13 @@ struct nbdl_export {
 	bool readonly;
 	bool iomap; /* target_iomap() answers for vol: reads may be sendfile'd */
 	struct volume_info info; /* superblocks, member order, data offset */
-	/* Serialises read-modify-writes of partial sectors (see the top). */
+	/*
+	 * The read-modify-writes of partial sectors in flight (see the top),
+	 * each holding its edge sectors until its writes are done; the lock
+	 * guards the list only, never held across I/O.
+	 */
 	pthread_mutex_t rmw_lock;
+	struct nbdl_split *rmw_held;
 	/* Requests of the export; its members' are its children (stats.h). */
 	struct io_stats *stats;
 	uint32_t trace_id; /* its name in traces (trace.h) */
@@ -287,27 +296,39 @@ int nbdl_do(struct nbdl_export *e, uint16_t type, uint16_t flags, void *buf,
 	    uint64_t offset, uint32_t len, struct bio_extents *ext,
 	    size_t max_extents, uint64_t trace);
 
-struct nbdl_split;
-
 /**
  * nbdl_split_start - begin a request nbdl_do would carry out (unaligned,
- * or a block status) without waiting for its length
+ * or a block status) without waiting for anything
  * @trace: as nbdl_do's
  * @out: set to the request's state, which nbdl_split_end frees
- * @bio: set to the one bio of the rest (NULL: nothing left), whose
- *       bi_private and bi_end_io the caller sets before it submits it to
- *       the export's volume; @buf and @ext must outlive it
+ * @bio: set to the bio that stands for the request (NULL: nothing to do),
+ *       one reference, the caller's; the caller sets its bi_private and
+ *       bi_end_io (and may add REQ_ASYNC) and hands it to
+ *       nbdl_split_submit; @buf and @ext must outlive it
  *
- * What is done here, waiting on the current ioq, is bounded by a sector or
- * two: the read-modify-write of a write's or a write-zeroes' partial end
- * sectors, under the export's lock.  Only a fast zero is done whole (its
- * middle must refuse before anything changes, and refuses or is quick).
- * Returns 0 or -errno (nothing to end).
+ * Does no I/O.  Returns 0 or -errno (nothing to end).
  */
 int nbdl_split_start(struct nbdl_export *e, uint16_t type, uint16_t flags,
 		     void *buf, uint64_t offset, uint32_t len,
 		     struct bio_extents *ext, uint64_t trace,
 		     struct nbdl_split **out, struct bio **bio);
+
+/**
+ * nbdl_split_submit - carry out the request @sp stands for, without
+ * waiting: its end_io runs on this thread once everything is done
+ * @bio: the bio nbdl_split_start gave
+ *
+ * Most requests are @bio submitted to the export's volume.  A write or
+ * write-zeroes read-modify-writes its partial end sectors: bios of its own,
+ * each ending through bio_endio on this thread's ioq, one step after
+ * another (a fast zero's whole sectors, which alone may refuse; the edge
+ * sectors taken from other read-modify-writes, waiting without blocking
+ * for one that holds them; read; merged; written with the whole sectors
+ * between), then @bio is ended with the first error.  Nothing is written
+ * unless both edges were read.  Needs a current ioq; its end_io may run
+ * before this returns (an error found at once).
+ */
+void nbdl_split_submit(struct nbdl_split *sp, struct bio *bio);
 
 /**
  * nbdl_split_end - finish what nbdl_split_start began, once its bio ended
