@@ -9,6 +9,7 @@ plain os calls, never through the engine.
 """
 import errno
 import os
+import re
 import sys
 
 import nbd
@@ -31,6 +32,29 @@ def fail(msg):
 def check(cond, msg):
     if not cond:
         fail(msg)
+
+
+# AddressSanitizer's shadow memory (x86_64: 0x7fff8000 to 0x10007fff8000)
+# grows as buffers are mapped and unmapped, and is the sanitizer's, not
+# bionbd's: the resident memory outside it is what the server's memory
+# policies bound.  Nothing else of a process lives in that range.
+ASAN_SHADOW = (0x7fff8000, 0x10007fff8000)
+
+
+def rss_mib(pid):
+    """The resident memory of process pid outside ASan's shadow, MiB."""
+    kib = 0
+    start = 0
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
+                start = int(line.split("-", 1)[0], 16)
+            elif line.startswith("Rss:") and \
+                    not ASAN_SHADOW[0] <= start < ASAN_SHADOW[1]:
+                kib += int(line.split()[1])
+    if not kib:
+        fail("no Rss in smaps")
+    return kib / 1024
 
 
 def env_int(name):

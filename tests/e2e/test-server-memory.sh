@@ -29,31 +29,14 @@ import time
 
 import nbd
 from nbd_e2e import *
+from nbd_e2e import rss_mib as nbd_rss_mib
 
 pid = int(os.environ["SERVER_PID"])
 MIB = 1 << 20
 
 
-# AddressSanitizer's shadow memory (x86_64: 0x7fff8000 to 0x10007fff8000)
-# grows as buffers are mapped and unmapped, and is the sanitizer's, not
-# bionbd's: the resident memory outside it is what the policy bounds.
-# Nothing else of a process lives in that range.
-SHADOW = (0x7fff8000, 0x10007fff8000)
-
-
 def rss_mib():
-    kib = 0
-    start = 0
-    with open(f"/proc/{pid}/smaps") as f:
-        for line in f:
-            if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
-                start = int(line.split("-", 1)[0], 16)
-            elif line.startswith("Rss:") and \
-                    not SHADOW[0] <= start < SHADOW[1]:
-                kib += int(line.split()[1])
-    if not kib:
-        fail("no Rss in smaps")
-    return kib / 1024
+    return nbd_rss_mib(pid)
 
 
 def burst(conns, size, depth):
