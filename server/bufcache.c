@@ -27,15 +27,6 @@
 #define buf_unpoison(p, n) ((void)(p), (void)(n))
 #endif
 
-static unsigned int buf_class_of(uint32_t len)
-{
-	unsigned int shift = BUF_MIN_SHIFT;
-
-	while ((1u << shift) < len)
-		shift++;
-	return shift - BUF_MIN_SHIFT;
-}
-
 static void buf_unmap(void *p, unsigned int k)
 {
 	buf_unpoison(p, buf_class_bytes(k));

@@ -45,6 +45,22 @@ static inline size_t buf_class_bytes(unsigned int cls)
 	return (size_t)1 << (cls + BUF_MIN_SHIFT);
 }
 
+/* The class of a buffer of @len bytes (<= 2^BUF_MAX_SHIFT). */
+static inline unsigned int buf_class_of(uint32_t len)
+{
+	unsigned int shift = BUF_MIN_SHIFT;
+
+	while ((1u << shift) < len)
+		shift++;
+	return shift - BUF_MIN_SHIFT;
+}
+
+/* Bytes buf_get() takes for @len: what in-flight limits count. */
+static inline size_t buf_bytes_for(uint32_t len)
+{
+	return buf_class_bytes(buf_class_of(len));
+}
+
 /**
  * buf_get - a page-aligned buffer of at least @len bytes
  * (<= 2^BUF_MAX_SHIFT)
