@@ -41,6 +41,17 @@
 #define SRV_MAX_OPTIONS_PER_EXPORT 4u
 #define SRV_MAX_INFLIGHT_REQS 256u /* per connection */
 #define SRV_MAX_INFLIGHT_BYTES (128u << 20) /* per connection */
+/*
+ * While requests wait for buffer room, a connection that holds buffers
+ * and whose client made no progress for SRV_STALL_S (read no
+ * SRV_STALL_MIN_BYTES of replies, or sent none of a payload, or as much
+ * as it holds if that is less) is closed (inflight_stalled), looked for
+ * every SRV_STALL_TICK_S: a few stalled or trickling clients must not
+ * hold a worker's share while the others wait.
+ */
+#define SRV_STALL_S 5.0
+#define SRV_STALL_TICK_S 1.0
+#define SRV_STALL_MIN_BYTES (1u << 20)
 #define SRV_RBUF_BYTES (256u << 10) /* per worker */
 #define SRV_DIRECT_READ_MIN (64u << 10) /* recv payloads straight in */
 /*
