@@ -27,6 +27,7 @@
  * socket itself empty, so wherever reading stops with the watcher on,
  * conn_read_kick makes the loop call the reader again.
  */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -66,6 +67,7 @@ static void conn_free(struct conn *c)
 	ev_io_stop(w->loop, &c->rio);
 	ev_io_stop(w->loop, &c->wio);
 	ev_timer_stop(w->loop, &c->hs_timer);
+	assert(!c->held && !c->bwait.queued);
 	if (c->yielded) {
 		struct conn **pp = &w->yielded;
 
@@ -105,6 +107,19 @@ static void conn_drop_replies(struct conn *c)
 	c->oq_tail = &c->oq_head;
 }
 
+/*
+ * No more requests: the one waiting for buffer room is dropped unstarted,
+ * like those still in pend or the socket.
+ */
+static void conn_unhold(struct conn *c)
+{
+	if (!c->held)
+		return;
+	inflight_cancel(worker_lane(c->w, c->bwait.need_bytes), &c->bwait);
+	req_free(c->held, false);
+	c->held = NULL;
+}
+
 /* The socket is unusable: drop queued replies; bios in flight finish. */
 static void conn_fail(struct conn *c)
 {
@@ -123,6 +138,7 @@ static void conn_fail(struct conn *c)
 	c->olen = c->ooff = 0;
 	c->tls_stage_len = 0;
 	conn_drop_replies(c);
+	conn_unhold(c);
 	if (c->rx) {
 		req_free(c->rx, false);
 		c->rx = NULL;
@@ -136,6 +152,7 @@ static void conn_drain(struct conn *c)
 	c->draining = true;
 	c->paused = true;
 	ev_io_stop(c->w->loop, &c->rio);
+	conn_unhold(c);
 	if (c->rx) {
 		req_free(c->rx, false);
 		c->rx = NULL;
@@ -152,6 +169,18 @@ static void conn_drain(struct conn *c)
 static void conn_hangup(struct conn *c)
 {
 	conn_drain(c);
+}
+
+/*
+ * @n bytes of requests or replies moved: progress once they add up to
+ * what the connection's buffers ask (inflight_progress_bytes).
+ */
+static void conn_moved(struct conn *c, size_t n)
+{
+	c->moved_bytes += n;
+	if (c->moved_bytes - c->progress_mark >=
+	    inflight_progress_bytes(c->inflight_bytes))
+		conn_progress(c);
 }
 
 /* recv(2), or through TLS: bytes, 0 at EOF, or -1 with errno. */
@@ -435,21 +464,29 @@ static unsigned int req_cost(const struct nbd_req *r)
 	return 1;
 }
 
-/* A 28-byte request header arrived.  Returns false to stop parsing. */
-static bool tx_header(struct conn *c, const uint8_t *h)
+/*
+ * @r, parsed, has no buffer room: stop reading and queue for it, the
+ * rest of what was read kept in pend (tx_parse).
+ */
+static void conn_hold(struct conn *c, struct nbd_req *r)
 {
-	struct nbd_req *r;
-	int rc = req_begin(c, h, &r);
+	struct worker *w = c->w;
+	size_t n = buf_bytes_for(r->len);
+
+	c->held = r;
+	c->paused = true;
+	ev_io_stop(w->loop, &c->rio);
+	inflight_wait(worker_lane(w, n), &c->bwait, n);
+	io_stats_add(&c->st_buf_waits, 1);
+	if (!ev_is_active(&w->stall))
+		ev_timer_again(w->loop, &w->stall);
+}
+
+/* @r has its buffer (or needs none).  Returns false to stop parsing. */
+static bool tx_start(struct conn *c, struct nbd_req *r)
+{
 	unsigned int cost;
 
-	if (rc == REQ_DISC) {
-		conn_drain(c);
-		return false;
-	}
-	if (rc < 0) {
-		conn_hangup(c);
-		return false;
-	}
 	c->big_writes = r->type == NBD_CMD_WRITE &&
 			r->len >= SRV_DIRECT_READ_MIN;
 	if (r->type == NBD_CMD_WRITE && r->len) {
@@ -459,6 +496,27 @@ static bool tx_header(struct conn *c, const uint8_t *h)
 	cost = req_cost(r);
 	tx_ready(c, r); /* @r may be gone */
 	return !c->paused && !conn_turn_spent(c, cost);
+}
+
+/* A 28-byte request header arrived.  Returns false to stop parsing. */
+static bool tx_header(struct conn *c, const uint8_t *h)
+{
+	struct nbd_req *r;
+	int rc = req_begin(c, h, &r);
+
+	if (rc == REQ_DISC) {
+		conn_drain(c);
+		return false;
+	}
+	if (rc == REQ_WAIT) {
+		conn_hold(c, r);
+		return false;
+	}
+	if (rc < 0) {
+		conn_hangup(c);
+		return false;
+	}
+	return tx_start(c, r);
 }
 
 static void tx_stash(struct conn *c, const uint8_t *p, size_t n)
@@ -544,6 +602,7 @@ static void tx_read(struct conn *c)
 			n = conn_recv(c, (uint8_t *)r->buf + r->have,
 				      want < budget ? want : budget);
 			if (n > 0) {
+				conn_moved(c, (size_t)n);
 				budget -= (size_t)n;
 				r->have += (uint32_t)n;
 				if (r->have == r->len) {
@@ -569,6 +628,7 @@ static void tx_read(struct conn *c)
 
 			n = conn_recv(c, w->rbuf, want);
 			if (n > 0) {
+				conn_moved(c, (size_t)n);
 				budget -= (size_t)n < budget ? (size_t)n : budget;
 				tx_parse(c, w->rbuf, (size_t)n);
 				/* TLS gives a record at a time: go on to EAGAIN. */
@@ -613,7 +673,8 @@ static void conn_take_pend(struct conn *c)
 /* In-flight work drained below the limits: take the stash, then read. */
 static void conn_resume(struct conn *c)
 {
-	if (!c->paused || c->draining || c->dead ||
+	/* A request held for buffer room goes first: conn_resume_waiting. */
+	if (!c->paused || c->held || c->draining || c->dead ||
 	    c->inflight >= SRV_MAX_INFLIGHT_REQS / 2 ||
 	    c->inflight_bytes >= SRV_MAX_INFLIGHT_BYTES / 2)
 		return;
@@ -938,6 +999,7 @@ static void conn_send_tls(struct conn *c)
 			conn_fail(c);
 			return;
 		}
+		conn_moved(c, (size_t)n);
 		budget -= (size_t)n < budget ? (size_t)n : budget;
 		if (v) {
 			conn_sent(c, (size_t)n);
@@ -998,6 +1060,7 @@ static void conn_send(struct conn *c)
 			conn_fail(c);
 			return;
 		}
+		conn_moved(c, (size_t)sent);
 		budget -= (size_t)sent < budget ? (size_t)sent : budget;
 		conn_sent(c, (size_t)sent);
 	}
@@ -1045,6 +1108,69 @@ void conn_resume_yielded(struct worker *w)
 	}
 	if (!w->yielded)
 		ev_idle_stop(w->loop, &w->yield_idle);
+}
+
+/*
+ * Buffer room came back: let the connections queued for it in, in order,
+ * while their requests fit (inflight_next counts the bytes).  Each starts
+ * its held request and parses on; one that meets the queue again goes to
+ * its end, so a connection gets a request at a time while others wait.
+ */
+void conn_resume_waiting(struct worker *w)
+{
+	struct inflight_waiter *wt;
+
+	while ((wt = inflight_next(&w->lanes[1])) ||
+	       (wt = inflight_next(&w->lanes[0]))) {
+		struct conn *c = container_of(wt, struct conn, bwait);
+		struct nbd_req *r = c->held;
+
+		c->held = NULL;
+		c->paused = false;
+		c->turn_cost = 0;
+		if (req_take_buf(r)) {
+			conn_hangup(c); /* a write's payload has nowhere to go */
+			continue;
+		}
+		if (tx_start(c, r))
+			conn_take_pend(c);
+		/* else paused, yielded or closing: as after any request */
+	}
+}
+
+/*
+ * The stall timer, every SRV_STALL_TICK_S while requests wait for buffer
+ * room: close the connections whose clients hold buffers and made no
+ * progress for SRV_STALL_S (inflight_stalled), so that a few clients that
+ * stop reading replies, or trickle payloads, cannot hold the worker's
+ * share while others wait.  Stops once nobody waits.
+ */
+void conn_evict_stalled(struct worker *w)
+{
+	ev_tstamp now = ev_now(w->loop);
+	struct conn *c;
+
+	if (!worker_buf_waiting(w)) {
+		ev_timer_stop(w->loop, &w->stall);
+		return;
+	}
+	for (c = w->conns; c; c = c->next) {
+		if (c->dead || !inflight_stalled(c->inflight_bytes,
+						 c->oq_head || c->rx,
+						 now - c->progress_at))
+			continue;
+		nbdl_log(NBDL_ERROR,
+			 "connection %" PRIu64 " (%s): closed: it held %zu KiB "
+			 "of request buffers and its client moved less than "
+			 "%" PRIu64 " bytes in %.0f s while other requests "
+			 "waited for buffer room (--inflight-memory)",
+			 c->id, c->peer, c->inflight_bytes >> 10,
+			 inflight_progress_bytes(c->inflight_bytes),
+			 now - c->progress_at);
+		__atomic_store_n(&w->evictions, w->evictions + 1,
+				 __ATOMIC_RELAXED);
+		conn_fail(c); /* freed later, by conn_send_dirty */
+	}
 }
 
 void conn_send_dirty(struct worker *w)

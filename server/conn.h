@@ -69,8 +69,21 @@ struct conn {
 	uint8_t *pend; /* unparsed bytes while paused */
 	size_t pend_len;
 	unsigned int inflight;
-	size_t inflight_bytes;
-	bool paused; /* not reading: limit reached */
+	size_t inflight_bytes; /* relaxed stores: the statistics read it */
+	bool paused; /* not reading: a limit reached, or held below */
+	/*
+	 * Parsed, not started: its buffer waits for room in the worker's
+	 * share of --inflight-memory (inflight.h), queued as @bwait.
+	 */
+	struct nbd_req *held;
+	struct inflight_waiter bwait;
+	/*
+	 * Transmission bytes received and sent; when its client last made
+	 * progress (inflight_progress_bytes of them moved, a reply queued,
+	 * or buffers taken after it held none), and the count then.
+	 */
+	uint64_t moved_bytes, progress_mark;
+	ev_tstamp progress_at;
 	/*
 	 * Not reading: this turn's requests cost SRV_TURN_COST; the rest
 	 * (pend) is parsed at the next turn (conn_resume_yielded).
@@ -93,6 +106,7 @@ struct conn {
 	double since; /* wall clock at accept */
 	uint64_t st_requests[REQ_OP_LAST], st_bytes[REQ_OP_LAST], st_errors;
 	uint64_t st_yields; /* turns it spent SRV_TURN_COST in */
+	uint64_t st_buf_waits; /* requests that waited for buffer room */
 };
 
 /*
@@ -108,10 +122,31 @@ static inline void conn_mark_dirty(struct conn *c)
 	c->w->dirty = c;
 }
 
+/*
+ * @c's client has something new to do, or did it: its stall clock starts
+ * again (conn_evict_stalled).
+ */
+static inline void conn_progress(struct conn *c)
+{
+	c->progress_at = ev_now(c->w->loop);
+	c->progress_mark = c->moved_bytes;
+}
+
+/* The statistics read c->inflight_bytes on another thread. */
+static inline void conn_add_inflight_bytes(struct conn *c, size_t delta)
+{
+	if (!c->inflight_bytes)
+		conn_progress(c); /* it starts holding: a fresh clock */
+	__atomic_store_n(&c->inflight_bytes, c->inflight_bytes + delta,
+			 __ATOMIC_RELAXED);
+}
+
 /* conn.c, for the worker */
 void conn_accept(struct worker *w, int fd);
 void conn_send_dirty(struct worker *w);
 void conn_resume_yielded(struct worker *w);
+void conn_resume_waiting(struct worker *w);
+void conn_evict_stalled(struct worker *w);
 void conn_stop_all(struct worker *w);
 void conn_close_all(struct worker *w);
 

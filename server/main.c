@@ -145,6 +145,7 @@ static void usage(void)
 	      "              [--size SIZE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
 	      "              [--max-connections N] [--memory SIZE]\n"
+	      "              [--inflight-memory SIZE]\n"
 	      "              [--async-min SIZE] [--sendfile-min SIZE]\n"
 	      "              [--run CMD] [--exit-with-parent] [--log DEST] [-v]\n"
 	      "              [--tls MODE] [--tls-certificates DIR] [--tls-psk FILE]\n"
@@ -156,6 +157,7 @@ static void usage(void)
 	      "              [-P PIDFILE] [--backend io_uring|threads]\n"
 	      "              [--poll-us N] [--handshake-timeout S]\n"
 	      "              [--max-connections N] [--memory SIZE]\n"
+	      "              [--inflight-memory SIZE]\n"
 	      "              [--async-min SIZE] [--sendfile-min SIZE]\n"
 	      "              [--run CMD] [--exit-with-parent] [--log DEST] [-v]\n"
 	      "              [--tls MODE] [--tls-certificates DIR] [--tls-psk FILE]\n"
@@ -206,6 +208,10 @@ static void usage(void)
 	      "      --memory SIZE      payload buffers cached for reuse, all\n"
 	      "                         workers together (default 128M a worker,\n"
 	      "                         at most 1/8 of the RAM)\n"
+	      "      --inflight-memory SIZE  payload buffers of requests in\n"
+	      "                         flight, all workers together, 64M a\n"
+	      "                         worker at least (default 1/4 of the\n"
+	      "                         RAM, at least 256M a worker)\n"
 	      "      --async-min SIZE   copy the data of requests this large on\n"
 	      "                         other threads, not the worker (default\n"
 	      "                         1M with 8 CPUs or more, else 0 = never)\n"
@@ -319,6 +325,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 		{ "handshake-timeout", required_argument, NULL, 'H' },
 		{ "max-connections", required_argument, NULL, 'M' },
 		{ "memory", required_argument, NULL, 'm' },
+		{ "inflight-memory", required_argument, NULL, 'y' },
 		{ "async-min", required_argument, NULL, 'A' },
 		{ "sendfile-min", required_argument, NULL, 'F' },
 		{ "run", required_argument, NULL, 'R' },
@@ -390,6 +397,10 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 				    optarg);
 			break;
 		case 'm': add_setting(cl, "--memory", "memory", optarg); break;
+		case 'y':
+			add_setting(cl, "--inflight-memory", "inflight-memory",
+				    optarg);
+			break;
 		case 'A': add_setting(cl, "--async-min", "async-min", optarg); break;
 		case 'F':
 			add_setting(cl, "--sendfile-min", "sendfile-min", optarg);
@@ -802,6 +813,24 @@ static size_t memory_budget(const struct srv_options *o, unsigned int workers)
 	if (pages > 0 && psize > 0 && v > (uint64_t)pages * psize / 8)
 		v = (uint64_t)pages * psize / 8;
 	return (size_t)(v < SRV_MEMORY_MIN ? SRV_MEMORY_MIN : v);
+}
+
+/*
+ * The bound on buffers in flight: --inflight-memory, or a quarter of the
+ * machine, but enough for every worker to stream large requests at a deep
+ * queue (server.h).  Each worker gets an equal share (worker_init).
+ */
+static size_t inflight_limit(const struct srv_options *o,
+			     unsigned int workers)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	uint64_t v = 0, min = SRV_INFLIGHT_WORKER_DEFAULT_MIN * workers;
+
+	if (o->inflight_set)
+		return (size_t)o->inflight_bytes;
+	if (pages > 0 && psize > 0)
+		v = (uint64_t)pages * psize / SRV_INFLIGHT_RAM_SHARE;
+	return (size_t)(v < min ? min : v);
 }
 
 /*
@@ -1271,6 +1300,7 @@ int main(int argc, char **argv)
 	srv.nr_workers = o.threads ? o.threads :
 				     (ncpu > 0 ? (unsigned int)ncpu : 1);
 	srv.bufs.budget_bytes = memory_budget(&o, srv.nr_workers);
+	srv.inflight_limit_bytes = inflight_limit(&o, srv.nr_workers);
 	if (o.async_min_set)
 		srv.async_min = o.async_min;
 	else if (ncpu >= SRV_AUTO_ASYNC_CPUS)

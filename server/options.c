@@ -168,6 +168,20 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 		o->memory_set = true;
 		return 0;
 	}
+	if (!strcmp(key, "inflight-memory")) {
+		uint64_t v;
+
+		/* Two largest requests: one, beside the small requests' part. */
+		if (parse_size(value, &v) || v < 2ull * NBDL_MAX_PAYLOAD ||
+		    v > (1ull << 50)) {
+			snprintf(why, whylen,
+				 "expected a size from 64M up to 1P (e.g. 1G)");
+			return -EINVAL;
+		}
+		o->inflight_bytes = v;
+		o->inflight_set = true;
+		return 0;
+	}
 	if (!strcmp(key, "trace-buffer")) {
 		uint64_t v;
 
@@ -199,7 +213,7 @@ int srv_option_set(struct srv_options *o, const char *key, const char *value,
 	snprintf(why, whylen,
 		 "unknown key (server keys: listen, port, socket, threads, "
 		 "backend, poll-us, handshake-timeout, max-connections, "
-		 "memory, async-min, sendfile-min, log, tls, "
+		 "memory, inflight-memory, async-min, sendfile-min, log, tls, "
 		 "tls-certificates, tls-psk, tls-verify-peer, user, group, "
 		 "stats, stats-interval, control, trace, trace-buffer)");
 	return -ENOENT;

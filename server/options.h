@@ -32,6 +32,13 @@
 #define SRV_MEMORY_PER_WORKER (128ull << 20)
 #define SRV_MEMORY_MIN (64ull << 20)
 /*
+ * Default bound on payload buffers in flight (--inflight-memory): a
+ * quarter of the RAM, but at least SRV_INFLIGHT_WORKER_DEFAULT_MIN a
+ * worker (server.h), so that every worker can stream large requests at a
+ * deep queue.
+ */
+#define SRV_INFLIGHT_RAM_SHARE 4
+/*
  * Without async-min: requests of at least SRV_AUTO_ASYNC_MIN bytes have
  * their data copied off the worker thread (REQ_ASYNC) on machines with
  * SRV_AUTO_ASYNC_CPUS or more CPUs, where spare cores can run the copies;
@@ -66,6 +73,8 @@ struct srv_options {
 	bool log_set; /* else stderr in the foreground, syslog as a daemon */
 	uint64_t memory_bytes; /* buffer cache budget; see memory_set */
 	bool memory_set; /* else derived from the worker count */
+	uint64_t inflight_bytes; /* bound on buffers in flight, all workers */
+	bool inflight_set; /* else derived from the RAM and worker count */
 	enum srv_tls_mode tls;
 	bool tls_set; /* else require if credentials are given, or off */
 	char *tls_certificates; /* directory; NULL = none */
@@ -90,7 +99,8 @@ void srv_options_release(struct srv_options *o);
 /**
  * srv_option_set - apply one setting: "listen", "port", "socket",
  *                  "threads", "backend", "poll-us", "handshake-timeout",
- *                  "max-connections", "memory", "async-min",
+ *                  "max-connections", "memory", "inflight-memory",
+ *                  "async-min",
  *                  "sendfile-min", "log", "tls", "tls-certificates",
  *                  "tls-psk", "tls-verify-peer", "user", "group",
  *                  "stats", "stats-interval", "control", "trace",

@@ -285,6 +285,9 @@ void reply_queue(struct nbd_req *r)
 		reply_simple(r, false);
 	}
 	r->next = NULL;
+	/* Something new for the client to read: its stall clock restarts. */
+	if (!c->oq_head)
+		conn_progress(c);
 	*c->oq_tail = r;
 	c->oq_tail = &r->next;
 	conn_mark_dirty(c);

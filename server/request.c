@@ -55,8 +55,12 @@ void req_free(struct nbd_req *r, bool sent)
 	if (r->tr.seq)
 		nbdl_trace_reply(c->exp, &r->tr, r->err, !sent);
 	if (r->buf) {
+		size_t n = buf_class_bytes(r->buf_class);
+
 		buf_put(&w->bufs, r->buf, r->buf_class);
-		c->inflight_bytes -= buf_class_bytes(r->buf_class);
+		conn_add_inflight_bytes(c, -n);
+		/* Waiters are let in once a loop turn (conn_resume_waiting). */
+		inflight_release(worker_lane(w, n), n);
 	}
 	free(r->desc);
 	bio_extents_free(&r->ext);
@@ -75,14 +79,25 @@ void req_cache_drain(struct worker *w)
 	}
 }
 
-static int req_alloc_buf(struct nbd_req *r, uint32_t len)
+int req_take_buf(struct nbd_req *r)
 {
 	struct conn *c = r->c;
+	struct worker *w = c->w;
 
-	r->buf = buf_get(&c->w->bufs, len, &r->buf_class);
-	if (!r->buf)
-		return -ENOMEM;
-	c->inflight_bytes += buf_class_bytes(r->buf_class);
+	r->buf = buf_get(&w->bufs, r->len, &r->buf_class);
+	if (!r->buf) {
+		size_t n = buf_bytes_for(r->len);
+
+		inflight_release(worker_lane(w, n), n);
+		if (r->type == NBD_CMD_WRITE) {
+			/* Its payload cannot be received: the caller hangs up. */
+			req_free(r, false);
+			return -ENOMEM;
+		}
+		r->err = NBD_ENOMEM;
+		return 0;
+	}
+	conn_add_inflight_bytes(c, buf_class_bytes(r->buf_class));
 	return 0;
 }
 
@@ -102,6 +117,8 @@ static bool req_sendfile_ok(const struct conn *c, uint32_t len)
 int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
 {
 	struct nbd_req *r;
+	bool need = false; /* a payload buffer */
+	size_t n;
 
 	if (get32(h + REQ_MAGIC) != NBD_REQUEST_MAGIC)
 		return -EPROTO; /* lost framing: nothing else is safe */
@@ -136,18 +153,21 @@ int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
 			req_free(r, false);
 			return -EPROTO;
 		}
-		if (r->len && req_alloc_buf(r, r->len)) {
-			req_free(r, false);
-			return -ENOMEM;
-		}
+		need = r->len > 0;
 	} else if (r->type == NBD_CMD_READ && !r->err && r->len) {
 		if (req_sendfile_ok(c, r->len))
 			r->sendfile = true;
-		else if (req_alloc_buf(r, r->len))
-			r->err = NBD_ENOMEM;
+		else
+			need = true;
 	}
 	*out = r;
-	return 0;
+	if (!need)
+		return 0;
+	/* Checked before the buffer is taken, so the bound holds. */
+	n = buf_bytes_for(r->len);
+	if (!inflight_admit(worker_lane(c->w, n), n))
+		return REQ_WAIT;
+	return req_take_buf(r);
 }
 
 /* ---- carrying out ---- */

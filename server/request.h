@@ -64,6 +64,7 @@ struct nbd_req {
 
 enum {
 	REQ_DISC = 1, /* req_begin: NBD_CMD_DISC */
+	REQ_WAIT, /* req_begin: no buffer room; req_take_buf once there is */
 };
 
 /**
@@ -71,10 +72,22 @@ enum {
  * @out: the new request; a WRITE with a payload waits for it (->have counts
  *       the bytes in ->buf), anything else goes to req_run() now
  *
- * Returns 0, REQ_DISC, or -errno when the connection must be dropped (lost
- * framing, a write payload too large to skip safely, no memory).
+ * Returns 0, REQ_DISC, REQ_WAIT (@out has no buffer yet: the worker's
+ * share of --inflight-memory has no room for it, or others wait for
+ * room; queue it, and once inflight_next() counted its bytes, give it its
+ * buffer with req_take_buf()), or -errno when the connection must be
+ * dropped (lost framing, a write payload too large to skip safely, no
+ * memory).
  */
 int req_begin(struct conn *c, const uint8_t *hdr, struct nbd_req **out);
+
+/**
+ * req_take_buf - give @r the payload buffer whose bytes the worker's
+ * share counted already.  Out of memory, a READ gets NBD_ENOMEM as its
+ * answer (0); a WRITE, whose payload then cannot be taken, is freed and
+ * -ENOMEM returned: drop the connection.
+ */
+int req_take_buf(struct nbd_req *r);
 
 /** req_run - the whole request is here: answer it or start its I/O. */
 void req_run(struct nbd_req *r);

@@ -9,9 +9,9 @@
  * exports' read-modify-write lock (nbdl.h).
  *
  * Who calls whom (never both ways): main -> options, listener, worker,
- * stats; listener -> worker; worker -> conn, busypoll, bufcache, request;
- * conn -> handshake, request, busypoll, stats; request -> reply, bufcache;
- * reply -> stats; stats -> listener.
+ * stats; listener -> worker; worker -> conn, busypoll, bufcache, request,
+ * inflight; conn -> handshake, request, busypoll, stats, inflight;
+ * request -> reply, bufcache, inflight; reply -> stats; stats -> listener.
  */
 #ifndef BIONBD_SERVER_H
 #define BIONBD_SERVER_H
@@ -41,6 +41,17 @@
 #define SRV_MAX_OPTIONS_PER_EXPORT 4u
 #define SRV_MAX_INFLIGHT_REQS 256u /* per connection */
 #define SRV_MAX_INFLIGHT_BYTES (128u << 20) /* per connection */
+/*
+ * Payload buffers in flight, all connections of all workers: at least
+ * this much a worker by default (two connections at their whole
+ * SRV_MAX_INFLIGHT_BYTES), and never less than two of the largest request
+ * a worker, whatever --inflight-memory says, so one can always run beside
+ * the small requests' part (a SRV_INFLIGHT_SMALL_DIV-th of the share,
+ * worker_lane).
+ */
+#define SRV_INFLIGHT_WORKER_DEFAULT_MIN (2ull * SRV_MAX_INFLIGHT_BYTES)
+#define SRV_INFLIGHT_WORKER_MIN (2 * (size_t)NBDL_MAX_PAYLOAD)
+#define SRV_INFLIGHT_SMALL_DIV 16
 /*
  * While requests wait for buffer room, a connection that holds buffers
  * and whose client made no progress for SRV_STALL_S (read no
@@ -124,6 +135,7 @@ struct server {
 	unsigned int max_conns;
 	uint32_t async_min; /* requests this large: REQ_ASYNC; 0 = none */
 	uint32_t sendfile_min; /* unix read replies this large; 0 = none */
+	size_t inflight_limit_bytes; /* buffers in flight, all workers */
 	enum srv_tls_mode tls_mode;
 	struct srv_tls *tls; /* credentials; NULL when tls_mode is off */
 	atomic_uint nr_conns; /* accepted and not yet closed, all workers */

@@ -113,9 +113,37 @@ void srv_stats_conn_count(struct conn *c, uint16_t type, uint32_t len,
 		io_stats_add(&c->st_bytes[op], len);
 }
 
+/*
+ * Payload buffers in flight, all workers (--inflight-memory): the shares
+ * as set (the bound in force), and the counts each worker writes with
+ * relaxed stores.
+ */
+static void buffers_json(FILE *f)
+{
+	uint64_t limit = 0, used = 0, waits = 0, evictions = 0;
+
+	for (unsigned int i = 0; i < stats_srv->nr_workers; i++) {
+		struct worker *w = &stats_srv->workers[i];
+
+		for (unsigned int k = 0; k < 2; k++) {
+			limit += w->lanes[k].limit_bytes;
+			used += __atomic_load_n(&w->lanes[k].used_bytes,
+						__ATOMIC_RELAXED);
+			waits += io_stats_read(&w->lanes[k].waits);
+		}
+		evictions += io_stats_read(&w->evictions);
+	}
+	fprintf(f,
+		", \"buffers\": {\"limit_bytes\": %" PRIu64
+		", \"inflight_bytes\": %" PRIu64 ", \"waits\": %" PRIu64
+		", \"evictions\": %" PRIu64 "}",
+		limit, used, waits, evictions);
+}
+
 /* The open connections, oldest last: the document's "connections". */
 static void conns_json(FILE *f, void *arg)
 {
+	buffers_json(f);
 	fputs(", \"connections\": [", f);
 	pthread_mutex_lock(&conns_lock);
 	for (struct conn *c = conns; c; c = c->reg_next) {
@@ -132,9 +160,12 @@ static void conns_json(FILE *f, void *arg)
 			fputs("null", f);
 		fprintf(f,
 			", \"errors\": %" PRIu64 ", \"yields\": %" PRIu64
+			", \"buffer_bytes\": %zu, \"buffer_waits\": %" PRIu64
 			", \"ops\": {",
 			io_stats_read(&c->st_errors),
-			io_stats_read(&c->st_yields));
+			io_stats_read(&c->st_yields),
+			__atomic_load_n(&c->inflight_bytes, __ATOMIC_RELAXED),
+			io_stats_read(&c->st_buf_waits));
 		for (unsigned int op = 0; op < REQ_OP_LAST; op++)
 			fprintf(f,
 				"%s\"%s\": {\"requests\": %" PRIu64

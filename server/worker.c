@@ -19,10 +19,22 @@ static void worker_yield_idle_cb(struct ev_loop *loop, ev_idle *i,
 	/* Nothing: the prepare watcher resumes them (worker_after_reap). */
 }
 
+/* Buffer room came back after the last resume: the loop must not block. */
+static void worker_room_idle_cb(struct ev_loop *loop, ev_idle *i, int revents)
+{
+	/* Nothing: the prepare watcher lets them in (worker_after_reap). */
+}
+
+static void worker_stall_cb(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	conn_evict_stalled(container_of(t, struct worker, stall));
+}
+
 /*
  * Once per loop iteration, after the last reap and before the loop blocks:
- * parse on for the connections that spent their last turn, then send the
- * replies the completions queued, one send per connection.
+ * parse on for the connections that spent their last turn, let in those
+ * that waited for buffer room if there is room now, then send the replies
+ * the completions queued, one send per connection.
  */
 static void worker_after_reap(struct ioq_ev *qev)
 {
@@ -31,9 +43,15 @@ static void worker_after_reap(struct ioq_ev *qev)
 	bool small = ev_now(w->loop) - w->small_at < SRV_SMALL_WINDOW_S;
 
 	conn_resume_yielded(w);
+	conn_resume_waiting(w);
 	if (w->dirty)
 		busypoll_replied(&w->poll, w->loop);
 	conn_send_dirty(w);
+	/* The replies just sent gave buffers back: next turn, not next event. */
+	if (inflight_ready(&w->lanes[0]) || inflight_ready(&w->lanes[1]))
+		ev_idle_start(w->loop, &w->room_idle);
+	else
+		ev_idle_stop(w->loop, &w->room_idle);
 	/* The next reap period's copies: small bites while small requests come. */
 	if (small != w->small_turns) {
 		w->small_turns = small;
@@ -115,6 +133,7 @@ static void *worker_main(void *arg)
 
 int worker_init(struct worker *w, struct server *srv)
 {
+	size_t share;
 	int r;
 
 	w->srv = srv;
@@ -133,6 +152,15 @@ int worker_init(struct worker *w, struct server *srv)
 	w->qev.after_reap = worker_after_reap;
 	busypoll_init(&w->poll, srv->poll_max_s);
 	ev_idle_init(&w->yield_idle, worker_yield_idle_cb);
+	ev_idle_init(&w->room_idle, worker_room_idle_cb);
+	ev_init(&w->stall, worker_stall_cb);
+	w->stall.repeat = SRV_STALL_TICK_S;
+	/* The bound's share, never below two largest requests (server.h). */
+	share = srv->inflight_limit_bytes / srv->nr_workers;
+	if (share < SRV_INFLIGHT_WORKER_MIN)
+		share = SRV_INFLIGHT_WORKER_MIN;
+	w->lanes[1].limit_bytes = share / SRV_INFLIGHT_SMALL_DIV;
+	w->lanes[0].limit_bytes = share - w->lanes[1].limit_bytes;
 	ev_async_init(&w->wake, worker_wake_cb);
 	ev_async_start(w->loop, &w->wake);
 	ev_timer_init(&w->grace, worker_grace_cb, SRV_SHUTDOWN_GRACE_S, 0.);
@@ -189,6 +217,8 @@ void worker_fini(struct worker *w)
 	req_cache_drain(w);
 	if (w->loop) {
 		ev_timer_stop(w->loop, &w->trim);
+		ev_timer_stop(w->loop, &w->stall);
+		ev_idle_stop(w->loop, &w->room_idle);
 		busypoll_stop(&w->poll, w->loop);
 		ev_loop_destroy(w->loop);
 	}

@@ -17,6 +17,7 @@
 
 #include "bufcache.h"
 #include "busypoll.h"
+#include "inflight.h"
 #include "server.h"
 
 struct conn;
@@ -50,10 +51,37 @@ struct worker {
 	const struct conn *small_conn;
 	bool small_turns; /* the inline budget is the small one */
 
+	/*
+	 * This worker's share of --inflight-memory, in two parts, each with
+	 * the connections queued for room in it (conn.held): requests of
+	 * SRV_SMALL_REQ_BYTES or less draw from their own SRV_INFLIGHT_SMALL_DIV
+	 * -th, so a 4 KiB request never queues behind 32 MiB ones
+	 * (worker_lane).  While any wait, the stall timer closes connections
+	 * whose clients hold buffers and make no progress
+	 * (conn_evict_stalled).
+	 */
+	struct inflight_budget lanes[2]; /* large, small */
+	ev_idle room_idle; /* room came back: the next turn lets waiters in */
+	ev_timer stall;
+	uint64_t evictions; /* relaxed stores: the statistics read it */
+
 	uint8_t *rbuf; /* shared receive buffer for request headers */
 	struct buf_cache bufs;
 	struct nbd_req *free_reqs;
 };
+
+/* The part of @w's share a buffer of @bytes (buf_bytes_for) is counted in. */
+static inline struct inflight_budget *worker_lane(struct worker *w,
+						 size_t bytes)
+{
+	return &w->lanes[bytes <= SRV_SMALL_REQ_BYTES];
+}
+
+/* Is a request waiting for buffer room in either part? */
+static inline bool worker_buf_waiting(const struct worker *w)
+{
+	return w->lanes[0].head || w->lanes[1].head;
+}
 
 /**
  * worker_small_seen - @c sent a request of SRV_SMALL_REQ_BYTES or less:

@@ -106,6 +106,19 @@ int main(void)
 	CHECK_EQ(set(&o, "memory", "lots"), -EINVAL);
 	CHECK_EQ(o.memory_bytes, 0);
 
+	/* Buffers in flight: two largest requests at least, a share each. */
+	CHECK(!o.inflight_set);
+	CHECK_EQ(set(&o, "inflight-memory", "64M"), 0);
+	CHECK(o.inflight_set);
+	CHECK_EQ(o.inflight_bytes, 64ull << 20);
+	CHECK_EQ(set(&o, "inflight-memory", "4G"), 0);
+	CHECK_EQ(o.inflight_bytes, 4ull << 30);
+	CHECK_EQ(set(&o, "inflight-memory", "63M"), -EINVAL);
+	CHECK_EQ(set(&o, "inflight-memory", "0"), -EINVAL);
+	CHECK_EQ(set(&o, "inflight-memory", "2P"), -EINVAL);
+	CHECK_EQ(set(&o, "inflight-memory", "lots"), -EINVAL);
+	CHECK_EQ(o.inflight_bytes, 4ull << 30);
+
 	CHECK(!o.async_min_set);
 	CHECK_EQ(set(&o, "async-min", "256K"), 0);
 	CHECK(o.async_min_set);

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Description: one bound on payload buffers in flight for the whole
+# process (--inflight-memory), and stalled clients cannot hold it.  bionbd
+# -t 1 --inflight-memory 64M --memory 0; client W sends a 32 MiB write
+# header and trickles its payload a byte at a time; then three clients
+# each send four 32 MiB reads and read no reply.  Without the bound they
+# pinned 3 x 128 MiB (RSS 387 MiB above the start); with it:
+#  - the server's RSS stays under 64 MiB + 24 MiB above its start, and the
+#    control socket's buffers.inflight_bytes under 64 MiB, while the
+#    readers wait (buffers.waits counts them);
+#  - client B's 4 KiB read and write each complete within 3 s, over and
+#    over (a liveness bound, not a speed test): small requests have a
+#    part of the share of their own;
+#  - W, whose client moves no 1 MiB in 5 s while others wait, is closed
+#    (logged once, counted in buffers.evictions), and then the first
+#    reader, which got the room W held and reads nothing: each within
+#    5 s of its stall and a tick;
+#  - B's data is right afterwards, and a bad value is one line and exit 1.
+source "$(dirname "$0")/functions.sh"
+
+requires_nbdpy
+make_tmpdir
+
+# A bad value: one line naming the flag and value, exit 1, nothing served.
+out=$("$BIONBD" -f -U "$tmp/bad.sock" --inflight-memory 1M "$tmp/x0" 2>&1) &&
+    die "--inflight-memory 1M was accepted"
+[[ $(wc -l <<<"$out") -eq 1 && $out == *"--inflight-memory 1M"* ]] ||
+    die "--inflight-memory 1M: expected one line naming it, got: $out"
+printf '[server]\ninflight-memory = lots\n[export x]\nfile = %s\n' \
+    "$tmp/x0" >"$tmp/bad.conf"
+out=$("$BIONBD" -f -U "$tmp/bad.sock" -c "$tmp/bad.conf" 2>&1) &&
+    die "inflight-memory = lots was accepted"
+[[ $(wc -l <<<"$out") -eq 1 && $out == *"inflight-memory"*"lots"* ]] ||
+    die "inflight-memory = lots: expected one line naming it, got: $out"
+
+start_bionbd -t 1 --inflight-memory 64M --memory 0 --sendfile-min 0 \
+    --size 512M "$tmp/m0" "$tmp/m1"
+SERVER_PID=$SERVER_PID NBD_SOCK=$NBD_SOCK NBD_URI=$NBD_URI BIOCTL=$BIOCTL \
+    PIDFILE=$SERVER_PIDFILE nbdpy - <<'PY' || die "in-flight bound cases failed"
+import json
+import os
+import subprocess
+import threading
+import time
+
+import nbd
+import nbd_raw as raw
+from nbd_raw import connect_go
+from nbd_e2e import check, log, rss_mib
+
+pid = int(os.environ["SERVER_PID"])
+sock = os.environ["NBD_SOCK"]
+MIB = 1 << 20
+STALL_S = 5  # SRV_STALL_S
+BOUND_MIB = 64
+
+
+def stats():
+    return json.loads(subprocess.run(
+        [os.environ["BIOCTL"], "stat", "--json", os.environ["PIDFILE"]],
+        check=True, capture_output=True).stdout)
+
+
+b = nbd.NBD()
+b.connect_uri(os.environ["NBD_URI"])
+b.pwrite(b"\x11" * 4096, 0)
+base = rss_mib(pid)
+first_id = max(c["id"] for c in stats()["connections"])  # B
+
+
+written = {}  # B's block -> the byte it holds
+
+
+def neighbour(i):
+    """B's 4 KiB read and write, each within a liveness bound."""
+    blk = 1 + i % 64
+    for what, fn in (("read", lambda: b.pread(4096, 0)),
+                     ("write", lambda: b.pwrite(bytes([i & 0xFF]) * 4096,
+                                                4096 * blk))):
+        t = time.monotonic()
+        fn()
+        took = time.monotonic() - t
+        check(took < 3.0, f"B's 4 KiB {what} took {took:.1f} s")
+    written[blk] = i & 0xFF
+
+
+# W: a 32 MiB write whose payload comes a byte at a time.
+w = connect_go(sock, structured=False)
+w.send(w.req_bytes(raw.CMD_WRITE, 1, 64 * MIB, 32 * MIB))
+w.send(b"\x5a")
+stop = threading.Event()
+
+
+def trickle():
+    while not stop.wait(0.25):
+        try:
+            w.send(b"\x5a")
+        except OSError:
+            return  # closed by the server
+
+
+t_w = time.monotonic()
+tw = threading.Thread(target=trickle, daemon=True)
+tw.start()
+time.sleep(0.3)
+
+# Three readers, four 32 MiB reads each, no reply read.
+readers = []
+for i in range(3):
+    r = connect_go(sock, structured=False)
+    r.send(b"".join(r.req_bytes(raw.CMD_READ, 10 * i + k, 128 * MIB, 32 * MIB)
+                    for k in range(4)))
+    readers.append(r)
+time.sleep(1)  # their reads are done (without the bound, all of them)
+w_id, r1_id = first_id + 1, first_id + 2
+
+peak, peak_inflight, gone = base, 0, {}
+deadline = t_w + 3 * STALL_S + 4
+i = 0
+while time.monotonic() < deadline and r1_id not in gone:
+    neighbour(i)
+    i += 1
+    peak = max(peak, rss_mib(pid))
+    check(peak <= base + BOUND_MIB + 24,
+          f"RSS {peak:.0f} MiB, {peak - base:.0f} MiB over the start "
+          f"with a {BOUND_MIB} MiB bound")
+    doc = stats()
+    buf = doc["buffers"]
+    peak_inflight = max(peak_inflight, buf["inflight_bytes"])
+    ids = {c["id"] for c in doc["connections"]}
+    for cid in (w_id, r1_id):
+        if cid not in ids and cid not in gone:
+            gone[cid] = time.monotonic() - t_w
+            log(f"connection {cid} closed after {gone[cid]:.1f} s")
+    time.sleep(0.3)
+log(f"RSS {base:.0f} MiB at the start, {peak:.0f} MiB at the most; "
+    f"in flight {peak_inflight >> 20} MiB at the most; {i} rounds of B")
+check(peak_inflight <= BOUND_MIB * MIB,
+      f"{peak_inflight} bytes in flight over the bound")
+check(buf["limit_bytes"] == BOUND_MIB * MIB, f"buffers: {buf}")
+check(buf["waits"] >= 3, f"buffers.waits {buf['waits']}: the readers waited")
+check(w_id in gone, "W, trickling its payload, was not closed")
+check(gone[w_id] <= STALL_S + 2.5, f"W closed after {gone[w_id]:.1f} s")
+check(r1_id in gone, "the first reader, reading nothing, was not closed")
+check(gone[r1_id] - gone[w_id] <= STALL_S + 2.5,
+      f"the first reader closed {gone[r1_id] - gone[w_id]:.1f} s after W")
+check(stats()["buffers"]["evictions"] >= 2, "buffers.evictions under 2")
+stop.set()
+tw.join()
+w.close()
+for r in readers:
+    r.close()
+neighbour(i)
+for blk, v in written.items():
+    check(b.pread(4096, 4096 * blk) == bytes([v]) * 4096, f"B's block {blk}")
+b.shutdown()
+PY
+grep -c "closed: it held" "$SERVER_LOG" | {
+    read -r n
+    ((n >= 2)) || die "$n eviction lines in the log, expected 2 or more"
+}
+stop_bionbd
+log "PASS"
