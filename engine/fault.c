@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <bionbd/fault.h>
+#include <bionbd/path.h>
 #include <bionbd/size.h>
 
 #include "internal.h"
@@ -462,6 +463,44 @@ static int rule_parse(struct fault_rule *r, enum fault_kind kind,
 	}
 	r->text = strdup(text);
 	return r->text ? 0 : -ENOMEM;
+}
+
+int fault_rule_absolute(const char *text, const char *dir, char **out)
+{
+	const char *p = text;
+	size_t len = 0;
+	char *buf = NULL;
+	FILE *f;
+	int r = 0;
+
+	*out = NULL;
+	f = open_memstream(&buf, &len);
+	if (!f)
+		return -ENOMEM;
+	while (*p && !r) {
+		size_t gap = strspn(p, " \t"), n = strcspn(p + gap, " \t");
+		char *word = NULL, *abs = NULL;
+
+		fwrite(p, 1, gap, f);
+		p += gap;
+		if (n > 5 && !strncmp(p, "file=", 5) &&
+		    (word = strndup(p + 5, n - 5))) {
+			r = path_absolute(word, dir, &abs);
+			/* Words are cut at blanks: the path would be two. */
+			if (!r && abs[strcspn(abs, " \t")])
+				r = -EINVAL;
+			if (!r)
+				fprintf(f, "file=%s", abs);
+		} else if (n > 5 && !strncmp(p, "file=", 5)) {
+			r = -ENOMEM;
+		} else {
+			fwrite(p, 1, n, f);
+		}
+		free(abs);
+		free(word);
+		p += n;
+	}
+	return memstream_end(f, &buf, r, out);
 }
 
 int fault_rule_check(enum fault_kind kind, const char *text,

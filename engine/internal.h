@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/uio.h>
 #include <time.h>
 
@@ -174,6 +175,20 @@ bool stripe_member_range(const struct stripe_geom *g, unsigned int member,
  */
 int verr(char *buf, size_t len, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+
+/*
+ * remote.c, rbd.c: @member (an NBD URI, an RBD member) with the relative
+ * paths it names joined to the absolute @dir (member_absolute, path.h).
+ */
+int remote_uri_absolute(const char *uri, const char *dir, char **out);
+int rbd_member_absolute(const char *member, const char *dir, char **out);
+
+/*
+ * path.c: close @f, an open_memstream of @buf: 0 with the text in *@out
+ * (the caller's), or @r (else -ENOMEM, when the stream failed) with
+ * nothing kept.
+ */
+int memstream_end(FILE *f, char **buf, int r, char **out);
 
 /* Nanoseconds on the monotonic clock: for timers. */
 static inline uint64_t engine_now_ns(void)

@@ -251,6 +251,51 @@ static char *cut_colon(char *str)
 	return NULL;
 }
 
+int rbd_member_absolute(const char *member, const char *dir, char **out)
+{
+	const char *p = member + 4; /* after "rbd:" */
+	size_t len = 0;
+	char *buf = NULL;
+	bool first = true;
+	FILE *f;
+
+	*out = NULL;
+	f = open_memstream(&buf, &len);
+	if (!f)
+		return -ENOMEM;
+	fputs("rbd:", f);
+	/* The image's name, then each option: cut as cut_colon cuts. */
+	while (*p) {
+		const char *s = p, *eq;
+		size_t klen = 0;
+
+		while (*p && *p != ':')
+			p += p[0] == '\\' && p[1] ? 2 : 1;
+		eq = memchr(s, '=', (size_t)(p - s));
+		if (eq)
+			klen = (size_t)(eq - s);
+		if (!first && eq && eq + 1 < p && eq[1] != '/' &&
+		    ((klen == 4 && !strncmp(s, "conf", 4)) ||
+		     (klen == 7 && !strncmp(s, "keyring", 7)))) {
+			fwrite(s, 1, klen + 1, f);
+			for (const char *d = dir; *d; d++) {
+				if (*d == ':' || *d == '\\')
+					fputc('\\', f);
+				fputc(*d, f);
+			}
+			if (dir[0] && dir[strlen(dir) - 1] != '/')
+				fputc('/', f);
+			fwrite(eq + 1, 1, (size_t)(p - eq - 1), f);
+		} else {
+			fwrite(s, 1, (size_t)(p - s), f);
+		}
+		first = false;
+		if (*p) /* the ':' */
+			fputc(*p++, f);
+	}
+	return memstream_end(f, &buf, 0, out);
+}
+
 /* Append "@key=@value" as a line of s->opts, unless @key is there. */
 static int spec_add_opt(struct rbd_spec *s, const char *key, const char *value)
 {

@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -203,6 +204,75 @@ bool remote_uri(const char *member)
 		if (!strncmp(member, schemes[i], strlen(schemes[i])))
 			return true;
 	return false;
+}
+
+/* libnbd's query parameters that name local files. */
+static bool uri_param_is_path(const char *param, size_t len)
+{
+	static const char *const names[] = { "socket", "tls-psk-file",
+					     "tls-certificates" };
+
+	for (unsigned int i = 0; i < ARRAY_SIZE(names); i++) {
+		size_t n = strlen(names[i]);
+
+		if (len > n && !strncmp(param, names[i], n) && param[n] == '=')
+			return true;
+	}
+	return false;
+}
+
+/* libnbd decodes the value: one that starts %2F is absolute too. */
+static bool uri_value_relative(const char *v, size_t len)
+{
+	return len && v[0] != '/' && (len < 3 || strncasecmp(v, "%2f", 3));
+}
+
+int remote_uri_absolute(const char *uri, const char *dir, char **out)
+{
+	const char *q = strchr(uri, '?'), *end, *p;
+	size_t len = 0;
+	char *buf = NULL;
+	FILE *f;
+
+	*out = NULL;
+	if (!q) {
+		*out = strdup(uri);
+		return *out ? 0 : -ENOMEM;
+	}
+	f = open_memstream(&buf, &len);
+	if (!f)
+		return -ENOMEM;
+	fwrite(uri, 1, (size_t)(q + 1 - uri), f);
+	end = q + 1 + strcspn(q + 1, "#");
+	for (p = q + 1; p < end;) {
+		size_t plen = strcspn(p, "&#");
+		const char *eq = memchr(p, '=', plen);
+
+		if (eq && uri_param_is_path(p, plen) &&
+		    uri_value_relative(eq + 1, plen - (size_t)(eq + 1 - p))) {
+			fwrite(p, 1, (size_t)(eq + 1 - p), f);
+			/* The directory's bytes as libnbd will decode them. */
+			for (const char *d = dir; *d; d++) {
+				if (strchr("-._~/", *d) ||
+				    (*d >= 'a' && *d <= 'z') ||
+				    (*d >= 'A' && *d <= 'Z') ||
+				    (*d >= '0' && *d <= '9'))
+					fputc(*d, f);
+				else
+					fprintf(f, "%%%02X", (unsigned char)*d);
+			}
+			if (dir[0] && dir[strlen(dir) - 1] != '/')
+				fputc('/', f);
+			fwrite(eq + 1, 1, plen - (size_t)(eq + 1 - p), f);
+		} else {
+			fwrite(p, 1, plen, f);
+		}
+		p += plen;
+		if (p < end) /* the '&' */
+			fputc(*p++, f);
+	}
+	fputs(end, f);
+	return memstream_end(f, &buf, 0, out);
 }
 
 /* libnbd's errno for a failed call; EIO when it names none. */

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include <bionbd/config.h>
+#include <bionbd/path.h>
 #include <bionbd/superblock.h>
 
 /* Larger files are certainly not configuration files. */
@@ -664,20 +665,15 @@ static char *conf_reader(char *str, int num, void *stream)
 	return str;
 }
 
-/* Join a relative path to the configuration file's directory. */
-static char *resolve_path(const struct parser *p, const char *value)
+int conf_export_value_absolute(const char *key, const char *value,
+			       const char *dir, char **out)
 {
-	size_t n;
-	char *r;
-
-	if (!p->basedir || value[0] == '/' || !value[0] ||
-	    member_is_remote(value))
-		return strdup(value);
-	n = strlen(p->basedir) + 1 + strlen(value) + 1;
-	r = malloc(n);
-	if (r)
-		snprintf(r, n, "%s/%s", p->basedir, value);
-	return r;
+	if (!strcmp(key, "file") || !strcmp(key, "spare"))
+		return member_absolute(value, dir, out);
+	if (!strcmp(key, "fault") || !strcmp(key, "delay"))
+		return fault_rule_absolute(value, dir, out);
+	*out = strdup(value);
+	return *out ? 0 : -ENOMEM;
 }
 
 /* Entry @nr - 1 of a list just grown is on @line. */
@@ -745,9 +741,21 @@ static int conf_handler(void *user, const char *section, const char *key,
 			goto nomem;
 		return 1;
 	case SEC_EXPORT:
-		if (!strcmp(key, "file") || !strcmp(key, "spare")) {
-			path = resolve_path(p, value);
-			if (!path)
+		/* Relative to the file, wherever the server runs. */
+		if (p->basedir) {
+			r = conf_export_value_absolute(key, value, p->basedir,
+						       &path);
+			if (r == -EINVAL) {
+				fail(p, r,
+				     "%s:%u: [export %s] %s=%s: file=: the "
+				     "directory %s holds a blank: give the "
+				     "file whole",
+				     p->name, p->line,
+				     p->c->exports[p->cur].name, key, value,
+				     p->basedir);
+				return 0;
+			}
+			if (r)
 				goto nomem;
 			value = path;
 		}

@@ -13,7 +13,9 @@
  * without a member, an empty file, an overlong line, a missing file.  And
  * the single-key setters the command-line front ends use, with NBD's
  * 4096-byte limit on export names (4096 accepted, 4097 refused) and
- * descriptions.
+ * descriptions.  And conf_export_value_absolute: member paths, the local
+ * files of NBD URIs (percent-encoded) and RBD names ('\:'), and a rule's
+ * file= joined to a directory, everything else kept as written.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -480,6 +482,78 @@ static void test_example(void)
 	conf_free(c);
 }
 
+/* @key=@value made absolute against @dir is @want (NULL: refused, -EINVAL). */
+static void check_abs(const char *key, const char *value, const char *dir,
+		      const char *want)
+{
+	char *got = (char *)0x1;
+	int r = conf_export_value_absolute(key, value, dir, &got);
+
+	if (!want) {
+		CHECK_EQ(r, -EINVAL);
+		CHECK(!got);
+		return;
+	}
+	if (r || strcmp(got, want)) {
+		fprintf(stderr, "%s=%s in %s: got %d '%s', want '%s'\n", key,
+			value, dir ? dir : "(cwd)", r, r ? "" : got, want);
+		abort();
+	}
+	free(got);
+}
+
+/*
+ * Every local file a member or a rule names, joined to the directory it
+ * was given in (a daemon changes to / later); what is absolute, remote or
+ * not a path is kept as written.
+ */
+static void test_absolute(void)
+{
+	char cwd[PATH_MAX], want[PATH_MAX + 16];
+
+	check_abs("file", "m0", "/d", "/d/m0");
+	check_abs("file", "./a/m0", "/d/", "/d/a/m0");
+	check_abs("file", "/abs/m0", "/d", "/abs/m0");
+	check_abs("spare", "s0", "/d", "/d/s0");
+	CHECK(getcwd(cwd, sizeof(cwd)));
+	snprintf(want, sizeof(want), "%s/m0", strcmp(cwd, "/") ? cwd : "");
+	check_abs("file", "m0", NULL, want);
+
+	/* NBD URIs: the parameters that are files, percent-encoded. */
+	check_abs("file", "nbd+unix:///e?socket=r.sock", "/d",
+		  "nbd+unix:///e?socket=/d/r.sock");
+	check_abs("file", "nbd+unix:///e?socket=r.sock", "/a b&c%",
+		  "nbd+unix:///e?socket=/a%20b%26c%25/r.sock");
+	check_abs("file", "nbds://h/e?tls-psk-file=k.psk&tls-username=u&"
+			  "tls-certificates=pki#frag",
+		  "/d",
+		  "nbds://h/e?tls-psk-file=/d/k.psk&tls-username=u&"
+		  "tls-certificates=/d/pki#frag");
+	check_abs("file", "nbd+unix:///e?socket=/s.sock", "/d",
+		  "nbd+unix:///e?socket=/s.sock");
+	check_abs("file", "nbd+unix:///e?socket=%2Fs.sock", "/d",
+		  "nbd+unix:///e?socket=%2Fs.sock");
+	check_abs("file", "nbd://h/e", "/d", "nbd://h/e");
+	check_abs("file", "nbd://h/e?tls-username=socket=x", "/d",
+		  "nbd://h/e?tls-username=socket=x");
+
+	/* RBD: conf= and keyring=, a colon in the directory escaped. */
+	check_abs("file", "rbd:p/i:conf=c.conf:id=a:keyring=k:mon_host=x",
+		  "/d:e", "rbd:p/i:conf=/d\\:e/c.conf:id=a:"
+			  "keyring=/d\\:e/k:mon_host=x");
+	check_abs("file", "rbd:p/i:conf=/etc/ceph/c.conf", "/d",
+		  "rbd:p/i:conf=/etc/ceph/c.conf");
+	check_abs("file", "rbd:p/i\\:conf=x", "/d", "rbd:p/i\\:conf=x");
+
+	/* Rules: file= only, and never split into two words. */
+	check_abs("fault", "op=write file=t error=EIO", "/d",
+		  "op=write file=/d/t error=EIO");
+	check_abs("delay", "stall\tfile=/abs/t", "/d", "stall\tfile=/abs/t");
+	check_abs("fault", "op=read file=t", "/a b", NULL);
+	check_abs("fault", "op=read file=/t", "/a b", "op=read file=/t");
+	check_abs("description", "a b", "/d", "a b");
+}
+
 int main(void)
 {
 	test_good();
@@ -488,6 +562,7 @@ int main(void)
 	test_name_limits();
 	test_files();
 	test_example();
+	test_absolute();
 	printf("test-config: ok\n");
 	return 0;
 }

@@ -48,4 +48,15 @@ const char *fault_kind_name(enum fault_kind kind);
 int fault_rule_check(enum fault_kind kind, const char *text,
 		     unsigned int nr_members, char *errbuf, size_t errlen);
 
+/**
+ * fault_rule_absolute - @text with a relative file=PATH joined to @dir
+ * @dir: an absolute directory; NULL: the current one (path.h says why)
+ * @out: receives the rule; the caller owns it (free)
+ *
+ * The rest of the rule is kept as written.  Returns 0, -ENOMEM, getcwd's
+ * -errno, or -EINVAL when @dir holds a space or a tab (the path would be
+ * cut into two words: such a rule must give its file whole).
+ */
+int fault_rule_absolute(const char *text, const char *dir, char **out);
+
 #endif /* BIONBD_FAULT_H */

@@ -164,6 +164,20 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 		    char *errbuf, size_t errlen);
 
 /**
+ * conf_export_value_absolute - @value of the export key @key with the
+ *                              local files it names made absolute
+ * @dir: the directory they are relative to (a file's); NULL: the current
+ * @out: receives the value; the caller owns it (free)
+ *
+ * A daemon changes to / (bionbd/path.h): "file" and "spare" go through
+ * member_absolute, a "fault" or "delay" rule's file= through
+ * fault_rule_absolute; other keys are copied.  Returns 0, -ENOMEM,
+ * getcwd's -errno, or -EINVAL (a rule's file= would hold a blank).
+ */
+int conf_export_value_absolute(const char *key, const char *value,
+			       const char *dir, char **out);
+
+/**
  * conf_exports_path_check - refuse a file the server writes (@what, as
  * "--trace " or "trace=", then @path: a pid file, a trace, statistics)
  * that is a member or spare of one of
