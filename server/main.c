@@ -26,6 +26,7 @@
 
 #include <bionbd/config.h>
 #include <bionbd/nbdl.h>
+#include <bionbd/path.h>
 #include <bionbd/trace.h>
 
 #include "listener.h"
@@ -133,6 +134,66 @@ static void die(const char *fmt, ...)
 	if (die_closes_images)
 		rbd_close_all();
 	exit(1);
+}
+
+/*
+ * Relative paths from the command line, made absolute at start (path.h:
+ * the daemon changes to /); kept until exit.
+ */
+static char **abs_paths;
+static unsigned int nr_abs_paths;
+
+static const char *keep_path(char *abs)
+{
+	char **v = realloc(abs_paths, (nr_abs_paths + 1) * sizeof(*v));
+
+	if (!v) {
+		free(abs);
+		die("out of memory");
+	}
+	abs_paths = v;
+	abs_paths[nr_abs_paths++] = abs;
+	return abs;
+}
+
+static const char *start_path(const char *flag, const char *path)
+{
+	char *abs;
+	int r;
+
+	if (!path || !*path || *path == '/')
+		return path;
+	r = path_absolute(path, NULL, &abs);
+	if (r)
+		die("%s %s: the current directory: %s", flag, path,
+		    strerror(-r));
+	return keep_path(abs);
+}
+
+/* An export key's value, its local files made absolute as start_path's. */
+static const char *start_value(const char *flag, const char *key,
+			       const char *value)
+{
+	char *abs;
+	int r;
+
+	r = conf_export_value_absolute(key, value, NULL, &abs);
+	if (r == -EINVAL)
+		die("%s %s: file=: the current directory holds a blank: give "
+		    "the file whole",
+		    flag, value);
+	if (r)
+		die("%s %s: the current directory: %s", flag, value,
+		    strerror(-r));
+	return keep_path(abs);
+}
+
+static void start_paths_free(void)
+{
+	while (nr_abs_paths)
+		free(abs_paths[--nr_abs_paths]);
+	free(abs_paths);
+	abs_paths = NULL;
 }
 
 static void usage(void)
@@ -510,14 +571,19 @@ static void exports_from_cmdline(const struct cmdline *cl)
 	if (conf_export_init(ce, cl->export_name ? cl->export_name : ""))
 		die("out of memory");
 	for (int i = 0; i < cl->nr_members; i++)
-		set_export_key(ce, NULL, "file", cl->members[i]);
+		set_export_key(ce, NULL, "file",
+			       start_value("member", "file", cl->members[i]));
 	for (unsigned int i = 0; i < cl->nr_spares; i++)
-		set_export_key(ce, "--spare", "spare", cl->spares[i]);
-	for (unsigned int i = 0; i < cl->nr_faults; i++)
-		set_export_key(ce,
-			       cl->faults[i].key[0] == 'f' ? "--fault" :
-							     "--delay",
-			       cl->faults[i].key, cl->faults[i].rule);
+		set_export_key(ce, "--spare", "spare",
+			       start_value("--spare", "spare", cl->spares[i]));
+	for (unsigned int i = 0; i < cl->nr_faults; i++) {
+		const char *flag = cl->faults[i].key[0] == 'f' ? "--fault" :
+								 "--delay";
+
+		set_export_key(ce, flag, cl->faults[i].key,
+			       start_value(flag, cl->faults[i].key,
+					   cl->faults[i].rule));
+	}
 	if (cl->no_statistics)
 		set_export_key(ce, "--no-statistics", "statistics", "false");
 	if (cl->no_lock)
@@ -750,6 +816,14 @@ static void check_settings(void)
 				     "stats = FILE"));
 }
 
+/* The [server] keys that name files. */
+static bool setting_is_path(const char *key)
+{
+	return !strcmp(key, "socket") || !strcmp(key, "stats") ||
+	       !strcmp(key, "control") || !strcmp(key, "trace") ||
+	       !strcmp(key, "tls-certificates") || !strcmp(key, "tls-psk");
+}
+
 /* The [server] lines of @c, then the flags, through the one setter. */
 static void apply_settings(struct srv_options *o, const struct conf *c,
 			   const struct cmdline *cl)
@@ -763,13 +837,8 @@ static void apply_settings(struct srv_options *o, const struct conf *c,
 		const char *value = kv->value;
 
 		/* Paths in a file are relative to the file. */
-		if ((!strcmp(kv->key, "socket") ||
-		     !strcmp(kv->key, "stats") ||
-		     !strcmp(kv->key, "control") ||
-		     !strcmp(kv->key, "trace") ||
-		     !strcmp(kv->key, "tls-certificates") ||
-		     !strcmp(kv->key, "tls-psk")) &&
-		    value[0] && value[0] != '/' && c->dir) {
+		if (setting_is_path(kv->key) && value[0] && value[0] != '/' &&
+		    c->dir) {
 			if (asprintf(&path, "%s/%s", c->dir, value) < 0)
 				die("out of memory");
 			value = path;
@@ -786,8 +855,13 @@ static void apply_settings(struct srv_options *o, const struct conf *c,
 		origin_note(kv->key, NULL, kv->value, kv->line);
 	}
 	for (unsigned int i = 0; i < cl->nr_settings; i++) {
-		if (srv_option_set(o, cl->settings[i].key,
-				   cl->settings[i].value, why, sizeof(why)))
+		const char *key = cl->settings[i].key;
+		const char *value = cl->settings[i].value;
+
+		/* As the file's are joined to the file's directory, above. */
+		if (setting_is_path(key))
+			value = start_path(cl->settings[i].flag, value);
+		if (srv_option_set(o, key, value, why, sizeof(why)))
 			die("%s %s: %s", cl->settings[i].flag,
 			    cl->settings[i].value, why);
 		origin_note(cl->settings[i].key, cl->settings[i].flag,
@@ -961,6 +1035,13 @@ static int daemonize(void)
 	}
 	close(p[0]);
 	setsid();
+	/*
+	 * Not to hold the directory we were started in (its file system
+	 * could not be unmounted while we run): every path we use from now
+	 * on was made absolute at start (start_path, conf_load).
+	 */
+	if (chdir("/"))
+		die("chdir /: %s", strerror(errno));
 	return p[1];
 }
 
@@ -1239,6 +1320,7 @@ int main(int argc, char **argv)
 	/* Until the log starts: what opening the volumes says (a resync). */
 	nbdl_log_to_stderr("bionbd");
 	parse_args(argc, argv, &cl);
+	cl.pidfile = start_path("-P", cl.pidfile);
 	if (cl.exit_with_parent)
 		exit_with_parent();
 	activated = listen_activated(err, sizeof(err));
@@ -1451,5 +1533,6 @@ int main(int argc, char **argv)
 		conf_export_release(&cmdline_export);
 	srv_stats_release();
 	srv_log_stop();
+	start_paths_free();
 	return exit_status;
 }

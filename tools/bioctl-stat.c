@@ -476,6 +476,8 @@ static void print_report(const struct report *cur, const struct report *prev)
 		uint64_t errs = 0;
 		double div = rates ? secs : 1;
 		char name[sizeof(r->name) + 4];
+		const char *shown;
+		size_t len, room;
 
 		for (int k = 0; k < REQ_OP_LAST; k++) {
 			d[k] = r->op[k];
@@ -490,8 +492,19 @@ static void print_report(const struct report *cur, const struct report *prev)
 			for (int e = 0; e < IOSE_NR; e++)
 				errs += d[k].errors[e];
 		}
-		snprintf(name, sizeof(name), "%s%s", r->member ? "  " : "",
-			 r->name[0] || r->member ? r->name : "''");
+		shown = r->name[0] || r->member ? r->name : "''";
+		room = r->member ? 22 : 24;
+		/*
+		 * Member paths are absolute (the server made them so): their
+		 * ends, not their common start, tell them apart.
+		 */
+		len = strlen(shown);
+		if (len > room)
+			snprintf(name, sizeof(name), "%s..%s",
+				 r->member ? "  " : "", shown + len - (room - 2));
+		else
+			snprintf(name, sizeof(name), "%s%s",
+				 r->member ? "  " : "", shown);
 		printf("%-24.24s %9.0f %9.1f %9.0f %9.1f %7.0f %7.0f %7.0f "
 		       "%7.0f %6" PRIu64 " %8.3f %8.3f%s%s\n",
 		       name, d[REQ_OP_READ].requests / div,

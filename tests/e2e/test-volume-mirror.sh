@@ -342,7 +342,7 @@ expect_no_grep "st2 \(role 1\) rebuilt" "$SERVER_LOG"
 expect_grep "role 1: st2, rebuilding" info.txt
 start_server st0 st2
 # The start-up line says what the role is: rebuilding, not faulty.
-expect_grep "raid1, 2 copies, 2 members, .*: st0, st2 \(rebuilding\)$" "$SERVER_LOG"
+expect_grep "raid1, 2 copies, 2 members, .*: (.*/)?st0, (.*/)?st2 \(rebuilding\)$" "$SERVER_LOG"
 wait_role_active 1 st2 "the resumed rebuild did not finish" st0 st2
 expect_grep "rebuilding member (.*/)?st2 \(role 1\) from [0-9]+ of 1024 MiB" "$SERVER_LOG"
 qemu-io -f raw -r -c "read -P 0x5a 0 64k" "$NBD_URI" >/dev/null ||
@@ -579,7 +579,7 @@ e=$(events_of cm0)
 sb_edit cm0 events=$((e + 1)) role3.state=1
 start_server cm0 cm1 cm2 cm3
 if [[ $SERVER == bionbd ]]; then
-    expect_grep "raid10, 2 copies, 4 members, .*: cm0, cm1, cm2, cm3 \(faulty\)$" "$SERVER_LOG"
+    expect_grep "raid10, 2 copies, 4 members, .*: (.*/)?cm0, (.*/)?cm1, (.*/)?cm2, (.*/)?cm3 \(faulty\)$" "$SERVER_LOG"
 fi
 read_at0 4 "after a faulty mark cut short"
 stop_server
