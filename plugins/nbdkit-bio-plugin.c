@@ -473,12 +473,21 @@ static int bio_config(const char *key, const char *value)
 		backend_set = true;
 		return 0;
 	}
-	if ((!strcmp(key, "file") || !strcmp(key, "spare")) &&
-	    !member_is_remote(value)) {
-		/* nbdkit changes directory when it daemonizes. */
-		path = nbdkit_absolute_path(value);
-		if (!path)
+	if (!strcmp(key, "file") || !strcmp(key, "spare") ||
+	    !strcmp(key, "fault") || !strcmp(key, "delay")) {
+		/*
+		 * nbdkit changes directory when it daemonizes: a remote
+		 * member's socket=, a rule's file= too.
+		 */
+		r = conf_export_value_absolute(key, value, NULL, &path);
+		if (r) {
+			nbdkit_error("%s=%s: %s", key, value,
+				     r == -EINVAL ? "file=: the current "
+						    "directory holds a blank: "
+						    "give the file whole" :
+						    strerror(-r));
 			return -1;
+		}
 		value = path;
 	}
 	r = conf_export_set(&cmdline, key, value, msg, sizeof(msg));
