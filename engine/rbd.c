@@ -193,7 +193,21 @@ struct rbd_port {
 	pthread_mutex_t lock;
 	struct rbd_io *done;
 	struct rbd_io *free_ios; /* the port thread's alone */
+	/* The rest is the port thread's alone too. */
+	unsigned int nr_out; /* requests sent from here, not yet ended */
+	/*
+	 * The eventfd could not be watched again (ioq_poll_set failed):
+	 * librbd goes on completing what is out, so while it is, @tm looks
+	 * at the list instead; a request sent meanwhile tries the watch
+	 * again.
+	 */
+	bool unwatched;
+	bool tm_on;
+	struct ioq_timer tm;
 };
+
+/* How often an unwatched port looks for completions. */
+#define RBD_PORT_LOOK_NS (10 * 1000 * 1000ull)
 
 static const char rbd_port_key = 0;
 
@@ -685,6 +699,7 @@ static void io_end(struct rbd_port *p, struct rbd_io *io, int err)
 	if (io->iov != io->iov_inline)
 		free(io->iov);
 	p->q->inflight--;
+	p->nr_out--;
 	io->next = p->free_ios;
 	p->free_ios = io;
 }
@@ -731,20 +746,50 @@ static int io_flush(struct rbd_io *io)
 	return r;
 }
 
-/* The port's thread, in a reap: end what librbd finished. */
-static void port_poll_fn(struct ioq_poll *poll, unsigned int revents)
+static void port_timer_fn(struct ioq_timer *tm);
+
+/*
+ * Watch the port's eventfd again.  When the queue cannot (out of memory),
+ * completions still arrive on the list, and a port nobody looks at would
+ * hold its requests, and a drain waiting for them, for ever: so the timer
+ * looks instead, as long as requests are out.
+ */
+static void port_watch(struct rbd_port *p)
 {
-	struct rbd_port *p = container_of(poll, struct rbd_port, poll);
+	int r = ioq_poll_set(p->q, &p->poll);
+
+	if (likely(!r)) {
+		if (unlikely(p->unwatched))
+			target_notice(TARGET_NOTICE_INFO,
+				      "rbd: a completion port is watched again");
+		p->unwatched = false;
+		return;
+	}
+	if (!p->unwatched)
+		target_notice(TARGET_NOTICE_ERROR,
+			      "rbd: a completion port cannot be watched (%s); "
+			      "looking at it every %llu ms instead",
+			      strerror(-r), RBD_PORT_LOOK_NS / 1000000);
+	p->unwatched = true;
+	if (p->tm_on || !p->nr_out)
+		return;
+	p->tm_on = true;
+	p->tm.fn = port_timer_fn;
+	p->tm.deadline_ns = engine_now_ns() + RBD_PORT_LOOK_NS;
+	ioq_timer_add(p->q, &p->tm);
+}
+
+/* The port's thread: end what librbd finished, oldest first. */
+static void port_drain(struct rbd_port *p)
+{
 	struct rbd_io *list, *io, *fifo = NULL;
 	uint64_t n;
 
-	(void)revents;
 	(void)!read(p->poll.fd, &n, sizeof(n));
 	pthread_mutex_lock(&p->lock);
 	list = p->done;
 	p->done = NULL;
 	pthread_mutex_unlock(&p->lock);
-	(void)ioq_poll_set(p->q, &p->poll);
 	/* Oldest first, as they completed. */
 	while (list) {
 		io = list;
@@ -792,6 +837,26 @@ static void port_poll_fn(struct ioq_poll *poll, unsigned int revents)
 	}
 }
 
+/* In a reap: the eventfd fired. */
+static void port_poll_fn(struct ioq_poll *poll, unsigned int revents)
+{
+	struct rbd_port *p = container_of(poll, struct rbd_port, poll);
+
+	(void)revents;
+	port_drain(p);
+	/* After the drain: it may have ended the last request out. */
+	port_watch(p);
+}
+
+static void port_timer_fn(struct ioq_timer *tm)
+{
+	struct rbd_port *p = container_of(tm, struct rbd_port, tm);
+
+	p->tm_on = false;
+	port_drain(p);
+	port_watch(p);
+}
+
 static void port_destroy(struct ioq_slot *s)
 {
 	struct rbd_port *p = container_of(s, struct rbd_port, slot);
@@ -803,6 +868,8 @@ static void port_destroy(struct ioq_slot *s)
 	 */
 	pthread_mutex_lock(&p->lock);
 	pthread_mutex_unlock(&p->lock);
+	if (p->tm_on)
+		ioq_timer_del(p->q, &p->tm);
 	ioq_poll_del(p->q, &p->poll);
 	close(p->poll.fd);
 	pthread_mutex_destroy(&p->lock);
@@ -1245,6 +1312,9 @@ static void rbd_send(struct rbd_target *rt, struct ioq *q, struct bio **bios,
 						 io->op == REQ_OP_WRITE_ZEROES ||
 						 io->op == REQ_OP_DISCARD);
 	q->inflight++;
+	p->nr_out++;
+	if (unlikely(p->unwatched))
+		port_watch(p);
 	image = atomic_load_explicit(&rt->image, memory_order_acquire);
 	if (unlikely(!image) && rbd_wait_connect(rt, io))
 		return;
