@@ -385,9 +385,10 @@ static int uring_flush(struct ioq *q)
 	struct uring_ioq *uq = to_uq(q);
 	int r;
 
-	uring_issue_pending(uq);
+	/* Polls first: a few, each maybe waited for by many requests. */
 	if (unlikely(uq->arm_waiting || uq->remove_waiting))
 		uring_poll_retry(uq);
+	uring_issue_pending(uq);
 	if (!uq->queued)
 		return 0;
 	r = io_uring_submit(&uq->ring);
@@ -404,7 +405,8 @@ static int uring_flush(struct ioq *q)
  * points at the ref, never at the poll: ioq_poll_del detaches the ref and
  * cancels what is out, so the poll may be freed, or set on a new fd, at
  * once; the ref goes with the last of its completions (or with the ring).
- * A direction that finds no SQE waits on a list for the next flush or
+ * A direction that finds no SQE (the SQ ring full, or as much in the
+ * kernel as the CQ ring holds) waits on a list for the next flush or
  * reap: a poll is never dropped for want of room.
  */
 #define URING_POLL_TAG 1u
@@ -418,10 +420,18 @@ struct uring_poll_ref {
 	struct uring_poll_ref *next, **pprev; /* deleted: in uq->detached */
 };
 
+/*
+ * An SQE for a poll, or NULL: the caller's poll waits for the next flush
+ * or reap.  Under the same cap as the requests' (uring_try_issue): a burst
+ * of sockets becoming ready must not overflow the CQ ring either.
+ */
 static struct io_uring_sqe *uring_sqe_now(struct uring_ioq *uq)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&uq->ring);
+	struct io_uring_sqe *sqe;
 
+	if (unlikely(uq->in_kernel >= uq->cq_entries))
+		return NULL;
+	sqe = io_uring_get_sqe(&uq->ring);
 	if (!sqe) {
 		io_uring_submit(&uq->ring);
 		uq->queued = 0;
@@ -633,10 +643,10 @@ static int uring_reap(struct ioq *q)
 		    io_uring_get_events(&uq->ring) == 0)
 			n = 1;
 	} while (n);
-	uring_issue_async_waiting(uq);
-	uring_issue_pending(uq);
 	if (unlikely(uq->arm_waiting || uq->remove_waiting))
 		uring_poll_retry(uq);
+	uring_issue_async_waiting(uq);
+	uring_issue_pending(uq);
 	return (int)total;
 }
 

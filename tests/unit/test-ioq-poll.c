@@ -23,7 +23,11 @@
  *    IORING_REGISTER_SYNC_CANCEL on the ring, from outside the backend)
  *    is armed again: data after it still runs the callback;
  *  - the peer closing the socket is reported (POLLIN or POLLERR: the owner
- *    reads and sees the end).
+ *    reads and sees the end);
+ *  - io_uring: a burst of sockets ready at once, more than the CQ ring
+ *    holds (a ring of depth 1: two CQEs), runs every callback, and no
+ *    completion ever waits in the kernel's overflow list (the ring's
+ *    fdinfo), which neither a CQ walk nor the event fd reports.
  */
 #define BIONBD_INTERNAL 1
 #include <dirent.h>
@@ -80,19 +84,11 @@ static void reap_until_called(struct ioq *q, unsigned int want)
 	}
 }
 
-/*
- * Cancel every request on @fd in this process's io_uring ring (the one
- * queue's), as the kernel may on its own: the count, or -errno.
- */
-static int cancel_from_outside(int fd)
+/* This process's io_uring ring: the one queue's. */
+static int ring_fd(void)
 {
-	struct io_uring_sync_cancel_reg reg = {
-		.fd = fd,
-		.flags = IORING_ASYNC_CANCEL_FD | IORING_ASYNC_CANCEL_ALL,
-		.timeout = { .tv_sec = -1, .tv_nsec = -1 },
-	};
-	int ring = -1, r;
 	struct dirent *d;
+	int ring = -1;
 	DIR *dir;
 
 	dir = opendir("/proc/self/fd");
@@ -111,9 +107,53 @@ static int cancel_from_outside(int fd)
 	}
 	closedir(dir);
 	CHECK(ring >= 0);
-	r = (int)syscall(__NR_io_uring_register, ring,
+	return ring;
+}
+
+/*
+ * Cancel every request on @fd in this process's io_uring ring, as the
+ * kernel may on its own: the count, or -errno.
+ */
+static int cancel_from_outside(int fd)
+{
+	struct io_uring_sync_cancel_reg reg = {
+		.fd = fd,
+		.flags = IORING_ASYNC_CANCEL_FD | IORING_ASYNC_CANCEL_ALL,
+		.timeout = { .tv_sec = -1, .tv_nsec = -1 },
+	};
+	int r;
+
+	r = (int)syscall(__NR_io_uring_register, ring_fd(),
 			 IORING_REGISTER_SYNC_CANCEL, &reg, 1);
 	return r < 0 ? -errno : r;
+}
+
+/*
+ * Completions in the kernel's overflow list of this process's ring, from
+ * its fdinfo; -1 where the kernel does not show the list.
+ */
+static int ring_overflowed(void)
+{
+	char path[64], line[256];
+	bool in_list = false;
+	int n = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", ring_fd());
+	f = fopen(path, "r");
+	CHECK(f);
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "CqOverflowList:", 15)) {
+			in_list = true;
+			n = 0;
+		} else if (in_list && line[0] == ' ') {
+			n++;
+		} else {
+			in_list = false;
+		}
+	}
+	fclose(f);
+	return n;
 }
 
 static void settle(struct ioq *q)
@@ -294,8 +334,56 @@ static void run(enum ioq_backend be)
 	printf("ioq-poll: %s ok\n", ioq_backend_name(be));
 }
 
+/* More ready at once than the CQ ring holds: all called, none overflows. */
+static void burst(void)
+{
+	enum { N = 8 };
+	struct ioq_poll p[N];
+	int sp[N][2], over;
+	struct ioq *q;
+	int r;
+
+	r = ioq_create(&q, IOQ_IO_URING, 1);
+	if (r == -ENOSYS || r == -EPERM)
+		return;
+	CHECK_EQ(r, 0);
+	ioq_set_current(q);
+	calls = 0;
+	for (int i = 0; i < N; i++) {
+		CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0,
+				    sp[i]),
+			 0);
+		/* Room to write: ready the moment the kernel looks. */
+		p[i] = (struct ioq_poll){ .fd = sp[i][0],
+					  .events = POLLOUT,
+					  .fn = poll_cb };
+		CHECK_EQ(ioq_poll_set(q, &p[i]), 0);
+	}
+	over = ring_overflowed();
+	if (over < 0)
+		printf("ioq-poll: no CqOverflowList in the ring's fdinfo, "
+		       "the overflow not checked\n");
+	for (int i = 0; i < 100 && calls < N; i++) {
+		ioq_flush(q);
+		usleep(2000);
+		if (over >= 0)
+			CHECK_EQ(ring_overflowed(), 0);
+		ioq_reap(q);
+	}
+	CHECK_EQ(calls, N);
+	for (int i = 0; i < N; i++) {
+		ioq_poll_del(q, &p[i]);
+		close(sp[i][0]);
+		close(sp[i][1]);
+	}
+	ioq_set_current(NULL);
+	ioq_destroy(q);
+	printf("ioq-poll: io_uring burst ok\n");
+}
+
 int main(void)
 {
+	burst();
 	run(IOQ_IO_URING);
 	run(IOQ_THREADS);
 	return 0;
