@@ -212,6 +212,8 @@ static void reply_read_structured(struct nbd_req *r)
 bool reply_read_failed(struct nbd_req *r, uint64_t off, int err)
 {
 	struct iovec *end = &r->iov[r->niov - 1];
+	const char *msg;
+	uint16_t n;
 	uint8_t *p;
 
 	if (!r->sendfile || !r->c->opts.structured || r->pad)
@@ -221,12 +223,21 @@ bool reply_read_failed(struct nbd_req *r, uint64_t off, int err)
 	for (unsigned int i = r->iov_idx + 1; i + 1 < r->niov; i++)
 		r->iov[i] = (struct iovec){ r->hdr, 0 };
 	r->err = nbdl_errno_to_nbd(err, NBD_CMD_READ, r->flags);
+	msg = nbdl_error_text(r->err);
+	n = (uint16_t)strlen(msg);
+	/*
+	 * The NONE chunk's header becomes the error chunk's; the message
+	 * goes between its fixed fields and the offset, which is kept in
+	 * the header space after them.
+	 */
 	p = chunk_hdr(r, end->iov_base, NBD_REPLY_FLAG_DONE,
-		      NBD_REPLY_TYPE_ERROR_OFFSET, CHUNK_ERROR_BYTES + 8);
+		      NBD_REPLY_TYPE_ERROR_OFFSET, CHUNK_ERROR_BYTES + n + 8);
 	put32(p, r->err);
-	put16(p + 4, 0);
+	put16(p + 4, n);
 	put64(p + CHUNK_ERROR_BYTES, off);
-	end->iov_len = NBD_CHUNK_HDR_BYTES + CHUNK_ERROR_BYTES + 8;
+	end->iov_len = NBD_CHUNK_HDR_BYTES + CHUNK_ERROR_BYTES;
+	r->iov[r->niov++] = (struct iovec){ (void *)msg, n };
+	r->iov[r->niov++] = (struct iovec){ p + CHUNK_ERROR_BYTES, 8 };
 	return true;
 }
 

@@ -24,7 +24,8 @@
 #define REQ_HDR_BYTES                                                          \
 	(SRV_READ_CHUNKS * (NBD_CHUNK_HDR_BYTES + 12) + NBD_CHUNK_HDR_BYTES +  \
 	 CHUNK_ERROR_BYTES + 8)
-#define REQ_IOVS (2 * SRV_READ_CHUNKS + 2)
+/* Two a chunk; the last, an error for an offset, three (reply_read_failed). */
+#define REQ_IOVS (2 * SRV_READ_CHUNKS + 3)
 
 struct nbd_req {
 	struct nbd_req *next;

@@ -21,7 +21,8 @@
 # sendfile read until a trim or zero punches one, whose range then reads
 # back as a hole chunk.  A sendfile read whose data goes away while it is
 # sent (raid1, both members cut short): its data chunk is not the last,
-# zeros complete it, an error chunk at the offset ends the reply, and the
+# zeros complete it, an error chunk at the offset ends the reply (its message
+# says what the error means, as an ERROR chunk's does), and the
 # connection carries on.
 source "$(dirname "$0")/functions.sh"
 
@@ -190,7 +191,9 @@ check(d.type == raw.REPLY_TYPE_OFFSET_DATA and not d.done,
       f"first chunk {kinds}: a data chunk marked the last")
 check(e.type == raw.REPLY_TYPE_ERROR_OFFSET and e.done and
       e.error == raw.EIO, f"last chunk {kinds}, error {e.error}")
-where = struct.unpack(">Q", e.payload[6:14])[0]
+check(e.message == "input/output error",
+      f"error chunk's message {e.message!r}: not what EIO means")
+where = struct.unpack(">Q", e.payload[-8:])[0]
 check(struct.unpack(">Q", d.payload[:8])[0] == 0 and len(d.payload) == N + 8,
       "data chunk: not the whole read")
 check(0 < where < N, f"error offset {where} outside the read")
