@@ -21,7 +21,10 @@
 # another process is ignored, and so is LISTEN_FDS=0 (nothing passed).
 # A TCP client's connection has keepalive on (ss shows its timer).
 # --exit-with-parent: the server exits when
-# the process that started it does.
+# the process that started it does.  The test leaves no /tmp/libnbd*
+# directory behind (libnbd's socket activation makes one per client and
+# removes it only when the client closes its handle: nbdinfo and nbdcopy
+# exit without closing it when the server they started fails).
 source "$(dirname "$0")/functions.sh"
 
 requires nbdinfo
@@ -29,6 +32,20 @@ requires nbdcopy
 requires qemu-img
 [[ -x $BIONBD ]] || die "$BIONBD not built"
 make_tmpdir
+
+# libnbd's socket activation makes its directory in /tmp whatever TMPDIR
+# says, as other programs on the machine do: to know ours, the servers
+# libnbd starts go through this wrapper, which notes the path of the
+# socket it was passed (fd 3, found by its inode in /proc/net/unix).
+cat >"$tmp/activated" <<'WRAPPER'
+#!/bin/bash
+ino=$(readlink /proc/self/fd/3)
+ino=${ino#socket:[}
+awk -v ino="${ino%]}" '$7 == ino { print $8 }' /proc/net/unix \
+    >>"${0%/*}/activated.paths"
+exec "$@"
+WRAPPER
+chmod +x "$tmp/activated"
 
 SIZE=64M
 m=("$tmp/m0" "$tmp/m1" "$tmp/m2")
@@ -175,11 +192,11 @@ none_left "[server] socket"
 
 log "socket activation: nbdinfo and nbdcopy start bionbd themselves"
 for f in -f ''; do
-    size=$(timeout 60 nbdinfo --size -- [ "$BIONBD" $f --size $SIZE "${m[@]}" ] 2>"$tmp/a.log") ||
+    size=$(timeout 60 nbdinfo --size -- [ "$tmp/activated" "$BIONBD" $f --size $SIZE "${m[@]}" ] 2>"$tmp/a.log") ||
         die "nbdinfo -- [ bionbd $f ]: $(cat "$tmp/a.log")"
     [[ $size == $((64 << 20)) ]] || die "activated ($f): size $size"
     rm -f "$tmp/out2"
-    timeout 60 nbdcopy -- [ "$BIONBD" $f "${m[@]}" ] "$tmp/out2" 2>"$tmp/a.log" ||
+    timeout 60 nbdcopy -- [ "$tmp/activated" "$BIONBD" $f "${m[@]}" ] "$tmp/out2" 2>"$tmp/a.log" ||
         die "nbdcopy -- [ bionbd $f ]: $(cat "$tmp/a.log")"
     check_sanitizer_log "$tmp/a.log"
     cmp -n $((4 << 20)) "$tmp/src" "$tmp/out2" ||
@@ -188,10 +205,25 @@ for f in -f ''; do
 done
 
 log "socket activation refuses -U; LISTEN_PID of another process is ignored"
-err=$(timeout 60 nbdinfo --size -- [ "$BIONBD" -f -U "$tmp/x.sock" "${m[@]}" ] 2>&1) &&
-    die "activation with -U was served"
-grep -q 'socket activation (LISTEN_FDS): -U, -i and -p' <<<"$err" ||
-    die "activation with -U: $err"
+# A listening socket passed as systemd and libnbd pass it, by hand: a
+# client that started the server itself would leave its directory behind
+# when the server refuses (see above).
+rc=0
+timeout 60 /usr/bin/python3 -c '
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen()
+if s.fileno() != 3:
+    os.dup2(s.fileno(), 3)
+os.set_inheritable(3, True)
+os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1")
+os.execv(sys.argv[2], sys.argv[2:])' "$tmp/act.sock" \
+    "$BIONBD" -f -U "$tmp/x.sock" "${m[@]}" 2>"$tmp/act.log" || rc=$?
+check_sanitizer_log "$tmp/act.log"
+[[ $rc -eq 1 && $(wc -l <"$tmp/act.log") -eq 1 ]] ||
+    die "activation with -U: exit $rc: $(cat "$tmp/act.log")"
+expect_grep 'socket activation \(LISTEN_FDS\): -U, -i and -p' "$tmp/act.log"
 run_captive "$tmp/r6.log" --run 'nbdinfo --size "$uri" >/dev/null' "${m[@]}"
 LISTEN_PID=1 LISTEN_FDS=1 run_captive "$tmp/r6.log" \
     --run 'nbdinfo --size "$uri" >/dev/null; echo "${LISTEN_FDS-gone}"' "${m[@]}"
@@ -223,4 +255,12 @@ pid=$(cat "$tmp/p.child")
 wait_gone "$pid" 10 || die "--exit-with-parent: still running after its parent"
 check_sanitizer_log "$tmp/p.log"
 [[ ! -e $tmp/p.sock ]] || die "--exit-with-parent: socket left behind"
+
+log "no libnbd socket activation directory left behind"
+[[ $(wc -l <"$tmp/activated.paths") -eq 4 ]] ||
+    die "the activated servers noted $(cat "$tmp/activated.paths"), not 4 sockets"
+while read -r sock; do
+    [[ $sock == /tmp/libnbd*/sock ]] || die "activated on '$sock', not libnbd's"
+    [[ ! -e ${sock%/sock} ]] || die "left behind: ${sock%/sock}"
+done <"$tmp/activated.paths"
 log "PASS"
