@@ -17,6 +17,13 @@
 #
 # Memory and threads are cut to what a 2-core machine with a few GiB
 # spares; the pool "rbd" (size 1) exists when ceph_start returns.
+#
+# The daemons detach, so a caller killed outright (a ctest timeout sends
+# SIGKILL: no exit trap runs) would leave them running.  ceph_start
+# therefore starts a watchdog, in a session of its own and no child of
+# the caller, that runs ceph_stop once the owner is gone: the caller's
+# shell, or the process CEPH_OWNER_PID names (bench/run, whose cluster
+# outlives the shell that started it).  ceph_stop ends the watchdog too.
 
 ceph_cmd() { timeout 60 ceph --conf "$CEPH_CONF" "$@"; }
 rbd_cmd() { timeout 120 rbd --conf "$CEPH_CONF" "$@"; }
@@ -26,11 +33,49 @@ _ceph_free_port() {
     /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# A process's start time (clock ticks since boot), empty once it is gone:
+# with its pid, it names the process even after the pid is reused.
+_ceph_started() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    stat=${stat##*) }
+    read -ra stat <<<"$stat"
+    echo "${stat[19]}"
+}
+
+# _ceph_watch OWNER DIR: wait until OWNER ends (or DIR goes), then stop
+# the cluster in DIR.  Runs detached (ceph_start).
+_ceph_watch() {
+    local owner=$1 dir=$2 since
+    since=$(_ceph_started "$owner")
+    echo "$$" >"$dir/watchdog.pid"
+    while [[ -n $since && $(_ceph_started "$owner") == "$since" &&
+             -d $dir/run ]]; do
+        sleep 0.5
+    done
+    CEPH_DIR=$dir ceph_stop
+    # A daemon started just as the owner died writes its pid file late.
+    sleep 2
+    CEPH_DIR=$dir ceph_stop
+}
+
 ceph_start() {
     local dir=$1 osd_mib=${2:-4096} fsid uuid p2 p1 i
     CEPH_DIR=$dir
     export CEPH_CONF=$dir/ceph.conf
     mkdir -p "$dir"/{run,log,mon/a,osd/0,mgr/x}
+    # Before any daemon: the watchdog's own fork is not ours to wait for
+    # (the subshell exits at once), nor in our process group or session.
+    rm -f "$dir/watchdog.pid"
+    ( setsid bash -c 'source "$0"; _ceph_watch "$1" "$2"' \
+        "${BASH_SOURCE[0]}" "${CEPH_OWNER_PID:-$$}" "$dir" \
+        </dev/null >/dev/null 2>&1 & )
+    for ((i = 0; i < 100; i++)); do
+        [[ -s $dir/watchdog.pid ]] && break
+        sleep 0.05
+    done
+    [[ -s $dir/watchdog.pid ]] ||
+        { echo "ceph_start: the watchdog did not start" >&2; return 1; }
     fsid=$(cat /proc/sys/kernel/random/uuid)
     uuid=$(cat /proc/sys/kernel/random/uuid)
     p2=$(_ceph_free_port)
@@ -119,6 +164,12 @@ EOF
 ceph_stop() {
     local f pid pids=()
     [[ -n ${CEPH_DIR:-} ]] || return 0
+    # The watchdog first (unless this is it): it would stop them too.
+    if [[ -s $CEPH_DIR/watchdog.pid ]]; then
+        pid=$(cat "$CEPH_DIR/watchdog.pid")
+        [[ $pid == "$$" ]] || kill "$pid" 2>/dev/null || true
+        rm -f "$CEPH_DIR/watchdog.pid"
+    fi
     for f in "$CEPH_DIR"/run/*.pid; do
         [[ -e $f ]] || continue
         pid=$(cat "$f")
