@@ -146,6 +146,18 @@ static void conn_fail(struct conn *c)
 	conn_maybe_close(c);
 }
 
+/*
+ * Close now, whatever is queued (a time limit ran out), but end a working
+ * TLS session first, as a hang-up does (conn_free would not: the socket is
+ * shut down at once).
+ */
+static void conn_cut(struct conn *c)
+{
+	if (c->tls_up && !c->dead)
+		tls_bye(c->tls);
+	conn_fail(c);
+}
+
 /* No more requests (DISC, EOF, shutdown): answer those taken, then close. */
 static void conn_drain(struct conn *c)
 {
@@ -266,7 +278,7 @@ static void conn_hs_timeout_cb(struct ev_loop *loop, ev_timer *t,
 			       int revents)
 {
 	/* Still negotiating: a slow or idle client holds no slot forever. */
-	conn_fail(container_of(t, struct conn, hs_timer));
+	conn_cut(container_of(t, struct conn, hs_timer));
 }
 
 static int sock_domain(int fd)
@@ -1223,6 +1235,6 @@ void conn_close_all(struct worker *w)
 	for (c = w->conns; c; c = next) {
 		next = c->next;
 		if (!c->dead)
-			conn_fail(c);
+			conn_cut(c);
 	}
 }

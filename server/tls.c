@@ -444,13 +444,17 @@ int tls_session_new(struct srv_tls *t, int fd, tls_session *out)
 	return 0;
 }
 
+void tls_bye(tls_session s)
+{
+	gnutls_bye(s, GNUTLS_SHUT_WR);
+}
+
 void tls_session_free(tls_session s, bool say_bye)
 {
 	if (!s)
 		return;
-	/* One try: the socket is non-blocking and the client may be gone. */
 	if (say_bye)
-		gnutls_bye(s, GNUTLS_SHUT_WR);
+		tls_bye(s);
 	free(gnutls_transport_get_ptr(s));
 	gnutls_deinit(s);
 }

@@ -56,7 +56,13 @@ void srv_tls_free(struct srv_tls *t);
 
 /* A server session on @fd (non-blocking).  Returns 0 or -errno. */
 int tls_session_new(struct srv_tls *t, int fd, tls_session *out);
+/* @say_bye: tls_bye first. */
 void tls_session_free(tls_session s, bool say_bye);
+/*
+ * One try at ending the session (close_notify) without waiting: the
+ * socket is non-blocking and the client may not be reading.
+ */
+void tls_bye(tls_session s);
 
 /*
  * One step of the handshake: 0 when done, -EAGAIN to be called again when

@@ -8,8 +8,10 @@ for TLS).  Run by test-server-tls.sh, which sets:
   TLS_MODE    "require" or "on" (the server's --tls)
   TLS_CA      the CA certificate that signed the server's
   SIZE        the export size (at least 40 MiB, writable)
+  SHUTDOWN    if set, only the case that stops the server (SIGTERM)
 """
 import os
+import signal
 import socket
 import ssl
 import threading
@@ -290,6 +292,24 @@ def broken_handshakes():
         c.expect_closed("silent after STARTTLS", timeout=15)
         c.close()
 
+
+def negotiating_at_shutdown():
+    """SIGTERM while a client negotiates over TLS and then says nothing:
+    once the 2 s the server gives such clients have run out, it ends TLS
+    (close_notify) before it closes, as its other hang-ups do."""
+    strict = raw.tls_context(os.environ["TLS_CA"])
+    strict.options &= ~ssl.OP_IGNORE_UNEXPECTED_EOF
+    c = plain()
+    c.starttls(strict)
+    os.kill(pid, signal.SIGTERM)
+    closed_with_close_notify(c, "negotiating at shutdown")
+
+
+# SHUTDOWN=1: only the case that stops the server.
+if os.environ.get("SHUTDOWN"):
+    raw.run_cases([("a client negotiating over TLS at shutdown",
+                    negotiating_at_shutdown)])
+    raise SystemExit(0)
 
 raw.run_cases([
     ("options before STARTTLS", before_starttls),

@@ -17,7 +17,8 @@
 # and its hang-ups: unknown EXPORT_NAME, ABORT, bad magic, WRITE over 32
 # MiB) sends close_notify first, and clients that break the handshake
 # (garbage, hang-up, silence until the handshake limit) do not disturb a
-# busy one.  Then the whole hostile-input suite (server-malformed.py) over
+# busy one; a client still negotiating over TLS when the server is
+# stopped gets close_notify before the close.  Then the whole hostile-input suite (server-malformed.py) over
 # TLS under --tls=require.  --run under require says nbds+unix://.
 # Configuration mistakes are one line and exit 1, naming the flag or the
 # file's line: --tls-verify-peer without --tls-certificates (also with no
@@ -102,6 +103,14 @@ for mode in require on; do
         die "server-tls.py under --tls=$mode failed"
     stop_bionbd
 done
+
+log "X.509: a client still negotiating over TLS at shutdown gets close_notify"
+start_bionbd --tls=require --tls-certificates "$K/server" "${m[@]}"
+NBD_SOCK=$NBD_SOCK SERVER_PID=$SERVER_PID TLS_MODE=require \
+    TLS_CA=$K/server/ca-cert.pem SIZE=$((64 << 20)) SHUTDOWN=1 \
+    nbdpy "$SRC_DIR/tests/e2e/server-tls.py" ||
+    die "server-tls.py: negotiating at shutdown failed"
+stop_bionbd
 
 log "the hostile-input suite over TLS (--tls=require)"
 start_bionbd --tls=require --tls-certificates "$K/server" -t 2 \
