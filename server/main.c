@@ -1086,8 +1086,10 @@ static void stop_cb(struct ev_loop *loop, ev_signal *s, int revents)
 		exit_status = 128 + s->signum;
 		nbdl_log(NBDL_INFO,
 			 "%s: shutting down before the --run command ended "
-			 "(exit status %d)",
+			 "(exit status %d); passed on to the command",
 			 strsignal(s->signum), exit_status);
+		/* It needs the server, and must not outlive it. */
+		run_signal(s->signum);
 	} else {
 		nbdl_log(NBDL_INFO, "%s: shutting down", strsignal(s->signum));
 	}
@@ -1513,6 +1515,8 @@ int main(int argc, char **argv)
 
 	for (unsigned int i = 0; i < srv.nr_workers; i++)
 		worker_join(&srv.workers[i]);
+	/* Signalled with the server (stop_cb), it had the drain to end in. */
+	run_finish(SRV_RUN_GRACE_MS);
 	/* Every request answered: the final counts. */
 	(void)srv_stats_write();
 	if (o.trace_file)

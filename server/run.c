@@ -13,12 +13,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bionbd/nbdl.h>
+
 #include "run.h"
 
 extern char **environ;
 
 static ev_child child;
+static struct ev_loop *child_loop;
 static void (*child_done)(struct ev_loop *loop, int status);
+/*
+ * The command leads a process group of its own, so that a signal reaches
+ * whatever it started too, and never the server's own group (a script
+ * that started bionbd in the background shares it).  Not when standard
+ * input is a terminal: an interactive command must stay in the terminal's
+ * foreground group to read it, where a key's signal reaches it anyway.
+ */
+static bool own_group;
+static bool signalled; /* run_signal passed a signal on */
 
 /* Append @s to @out percent-encoded; "/" stays as it is when @keep_slash. */
 static void pct_encode(FILE *out, const char *s, bool keep_slash)
@@ -153,21 +165,85 @@ int run_start(struct ev_loop *loop, const char *cmd, const struct run_addr *a,
 	if (!env)
 		return -ENOMEM;
 	sigemptyset(&none);
+	own_group = !isatty(STDIN_FILENO);
 	pid = fork();
 	if (pid < 0) {
 		env_free(env, mine);
 		return -errno;
 	}
 	if (pid == 0) {
+		if (own_group)
+			setpgid(0, 0);
 		/* The command gets the signal state a shell would. */
 		signal(SIGPIPE, SIG_DFL);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		execve("/bin/sh", argv, env);
 		_exit(127);
 	}
+	/* Both sides: whichever runs first, a signal finds the group. */
+	if (own_group)
+		setpgid(pid, pid);
 	env_free(env, mine);
 	child_done = done;
+	child_loop = loop;
 	ev_child_init(&child, child_cb, pid, 0);
 	ev_child_start(loop, &child);
 	return 0;
+}
+
+static void run_kill(int sig)
+{
+	(void)kill(own_group ? -child.pid : child.pid, sig);
+}
+
+void run_signal(int sig)
+{
+	if (!run_running())
+		return;
+	run_kill(sig);
+	signalled = true;
+}
+
+/* Anything of the command left: the leader unreaped, or its group. */
+static bool run_left(bool *reaped)
+{
+	int st;
+
+	if (!*reaped) {
+		pid_t r = waitpid(child.pid, &st, WNOHANG);
+
+		*reaped = r == child.pid || (r < 0 && errno == ECHILD);
+	}
+	if (!*reaped)
+		return true;
+	return own_group && kill(-child.pid, 0) == 0;
+}
+
+void run_finish(unsigned int grace_ms)
+{
+	bool reaped = false;
+	int st;
+
+	if (!run_running())
+		return;
+	/* The loop is over: nobody else reaps it now. */
+	ev_child_stop(child_loop, &child);
+	if (!signalled)
+		run_kill(SIGTERM);
+	/*
+	 * The whole group: a shell's background children ignore SIGINT and
+	 * SIGQUIT, and outlive a shell that a signal ended.
+	 */
+	for (unsigned int ms = 0; ms < grace_ms; ms += 10) {
+		if (!run_left(&reaped))
+			return;
+		usleep(10000);
+	}
+	nbdl_log(NBDL_ERROR,
+		 "the --run command (pid %d) is still running %u ms after the "
+		 "signal: killing it",
+		 child.pid, grace_ms);
+	run_kill(SIGKILL);
+	while (!reaped && waitpid(child.pid, &st, 0) < 0 && errno == EINTR)
+		;
 }

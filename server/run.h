@@ -41,4 +41,19 @@ int run_start(struct ev_loop *loop, const char *cmd, const struct run_addr *a,
 /** run_running - the command was started and has not exited yet. */
 bool run_running(void);
 
+/**
+ * run_signal - pass @sig, which stops the server, on to the command that
+ * still runs: to its process group, or where standard input is a
+ * terminal (the command then shares the server's group), to it alone.
+ */
+void run_signal(int sig);
+
+/**
+ * run_finish - after the loop: wait up to @grace_ms for a command that
+ * was signalled (run_signal) to exit, with all of its process group when
+ * it has one, then kill what is left (SIGKILL, the same way) and reap the
+ * command, so that none of it outlives the server.
+ */
+void run_finish(unsigned int grace_ms);
+
 #endif /* BIONBD_RUN_H */

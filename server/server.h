@@ -120,6 +120,8 @@
 #define SRV_SHUTDOWN_GRACE_S 10.0 /* then clients that stopped reading go */
 /* Clients still negotiating when the server stops: time to hear it and abort. */
 #define SRV_SHUTDOWN_OPTS_S 2.0
+/* A --run command signalled with the server: time to exit, then SIGKILL. */
+#define SRV_RUN_GRACE_MS 5000
 #define SRV_IDLE_TRIM_S 1.5 /* a worker idle this long (twice) trims its cache */
 
 struct worker;

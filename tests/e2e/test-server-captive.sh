@@ -6,7 +6,10 @@
 # is gone and the socket and its directory with it (also when it could not
 # start: a missing member is one line and exit 1); the command's exit
 # status is bionbd's (7 stays 7, a command killed by SIGKILL gives 137;
-# bionbd stopped by SIGTERM before its command ended exits 143, not 0);
+# bionbd stopped by SIGTERM, SIGINT or SIGQUIT before its command ended
+# exits 128 + the signal, not 0, and passes the signal on to the
+# command's process group: the command and its child are gone with the
+# server; one that ignores it is killed 5 s after the server is done);
 # with -U and an export name with a space, $uri percent-encodes it and
 # nbdcopy writes through it and qemu-img reads the same bytes back;
 # --description is what nbdinfo shows; with
@@ -99,25 +102,58 @@ run_captive "$tmp/r3.log" --run 'kill -KILL $$' "${m[@]}"
 [[ $rc -eq 137 ]] || die "--run killed by SIGKILL: exit $rc, expected 137"
 none_left "--run exit status"
 
-log "--run: bionbd stopped by SIGTERM before its command ended is not a success"
-start_bg "$BIONBD" --run "echo \$\$ >'$tmp/cmd.pid'; exec sleep 60" "${m[@]}" \
-    2>"$tmp/r4.log"
-srv=$BG_PID
-for ((n = 0; n < 200; n++)); do
-    [[ -s $tmp/cmd.pid ]] && break
-    sleep 0.05
+log "--run: bionbd stopped by a signal before its command ended is not a success"
+# start_captive_bg CMD: bionbd --run CMD in the background, stdin not a
+# terminal (the command leads a process group of its own); once CMD has
+# written its pids, the command's in $cmd and a child's in $child.
+start_captive_bg() {
+    rm -f "$tmp/cmd.pid" "$tmp/child.pid"
+    start_bg "$BIONBD" --run "$1" "${m[@]}" </dev/null 2>"$tmp/r4.log"
+    srv=$BG_PID
+    for ((n = 0; n < 200; n++)); do
+        [[ -s $tmp/child.pid ]] && break
+        sleep 0.05
+    done
+    [[ -s $tmp/child.pid ]] || die "--run: the command did not start"
+    cmd=$(<"$tmp/cmd.pid")
+    child=$(<"$tmp/child.pid")
+    on_exit "kill -KILL $cmd $child 2>/dev/null || :"
+}
+# The shell waits for a child of its own: both get SIGTERM, so neither
+# outlives the server, which exits 128 + the signal.  (A shell's
+# background child ignores SIGINT and SIGQUIT: those are sent to a
+# command that is the child itself, exec'd.)
+for sig in TERM INT QUIT; do
+    if [[ $sig == TERM ]]; then
+        start_captive_bg "echo \$\$ >'$tmp/cmd.pid'; sleep 100 & echo \$! >'$tmp/child.pid'; wait"
+    else
+        start_captive_bg "echo \$\$ >'$tmp/cmd.pid'; echo \$\$ >'$tmp/child.pid'; exec sleep 100"
+    fi
+    kill -"$sig" "$srv"
+    rc=0
+    wait "$srv" || rc=$?
+    check_sanitizer_log "$tmp/r4.log"
+    want=$((128 + $(kill -l "$sig")))
+    [[ $rc -eq $want ]] || die "SIG$sig during --run: exit $rc, expected $want"
+    expect_grep "shutting down before the --run command ended \(exit status $want\); passed on to the command" "$tmp/r4.log"
+    for pid in "$cmd" "$child"; do
+        wait_gone "$pid" 5 || die "SIG$sig during --run: $(ps -o args= -p "$pid") ($pid) outlived the server"
+    done
+    none_left "--run stopped by SIG$sig"
 done
-[[ -s $tmp/cmd.pid ]] || die "--run: the command did not start"
-cmd=$(<"$tmp/cmd.pid")
-on_exit "kill $cmd 2>/dev/null"
+# A command that ignores the signal is killed once the server is done,
+# and so is what it started.
+start_captive_bg "trap '' TERM; echo \$\$ >'$tmp/cmd.pid'; sleep 100 & echo \$! >'$tmp/child.pid'; wait"
 kill -TERM "$srv"
 rc=0
 wait "$srv" || rc=$?
 check_sanitizer_log "$tmp/r4.log"
-[[ $rc -eq 143 ]] || die "SIGTERM during --run: exit $rc, expected 143 (128 + SIGTERM)"
-expect_grep "shutting down before the --run command ended \(exit status 143\)" "$tmp/r4.log"
-kill "$cmd"
-none_left "--run stopped by SIGTERM"
+[[ $rc -eq 143 ]] || die "SIGTERM during --run (ignored): exit $rc, expected 143"
+expect_grep "the --run command \(pid $cmd\) is still running 5000 ms after the signal: killing it" "$tmp/r4.log"
+for pid in "$cmd" "$child"; do
+    wait_gone "$pid" 5 || die "a --run command that ignores SIGTERM: $pid outlived the server"
+done
+none_left "--run ignoring SIGTERM"
 
 log "--run with -U and an export name with a space: nbdcopy in, qemu-img out"
 head -c $((4 << 20)) /dev/urandom >"$tmp/src"
