@@ -1083,13 +1083,15 @@ static void stop_cb(struct ev_loop *loop, ev_signal *s, int revents)
 	 * signal ended.
 	 */
 	if (run_running()) {
+		/* It needs the server, and must not outlive it. */
+		bool passed = run_signal(s->signum);
+
 		exit_status = 128 + s->signum;
 		nbdl_log(NBDL_INFO,
 			 "%s: shutting down before the --run command ended "
-			 "(exit status %d); passed on to the command",
-			 strsignal(s->signum), exit_status);
-		/* It needs the server, and must not outlive it. */
-		run_signal(s->signum);
+			 "(exit status %d)%s",
+			 strsignal(s->signum), exit_status,
+			 passed ? "; passed on to the command" : "");
 	} else {
 		nbdl_log(NBDL_INFO, "%s: shutting down", strsignal(s->signum));
 	}

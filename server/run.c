@@ -196,12 +196,20 @@ static void run_kill(int sig)
 	(void)kill(own_group ? -child.pid : child.pid, sig);
 }
 
-void run_signal(int sig)
+bool run_signal(int sig)
 {
 	if (!run_running())
-		return;
+		return false;
+	/*
+	 * In the terminal's group, a key's SIGINT or SIGQUIT reached the
+	 * command already, and a second one means "abort now" to many; one
+	 * sent by kill(1) to us alone is made up for by run_finish's SIGTERM.
+	 */
+	if (!own_group && (sig == SIGINT || sig == SIGQUIT))
+		return false;
 	run_kill(sig);
 	signalled = true;
+	return true;
 }
 
 /* Anything of the command left: the leader unreaped, or its group. */

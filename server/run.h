@@ -44,9 +44,11 @@ bool run_running(void);
 /**
  * run_signal - pass @sig, which stops the server, on to the command that
  * still runs: to its process group, or where standard input is a
- * terminal (the command then shares the server's group), to it alone.
+ * terminal (the command then shares the server's group), to it alone,
+ * and not SIGINT or SIGQUIT, which a key sent it already.  Returns
+ * whether it was sent.
  */
-void run_signal(int sig);
+bool run_signal(int sig);
 
 /**
  * run_finish - after the loop: wait up to @grace_ms for a command that
