@@ -617,10 +617,29 @@ static void exports_from_cmdline(const struct cmdline *cl)
  * The start-up lines: each export with its size and layout, then where
  * the server listens.
  */
+/*
+ * @v as a setting is written ("64M", "4G"): the largest unit that divides
+ * it, so that a logged bound can be compared with what was given.
+ */
+static void size_text(uint64_t v, char *buf, size_t len)
+{
+	static const char units[] = "KMGTP";
+	int u = -1;
+
+	while (v && u + 1 < (int)sizeof(units) - 1 && !(v & 1023)) {
+		v >>= 10;
+		u++;
+	}
+	if (u < 0)
+		snprintf(buf, len, "%" PRIu64 " bytes", v);
+	else
+		snprintf(buf, len, "%" PRIu64 "%c", v, units[u]);
+}
+
 static void log_startup(const struct conf_export *defs,
 			const struct srv_options *o, int activated)
 {
-	char where[768];
+	char where[768], inflight[32];
 
 	for (unsigned int i = 0; i < srv.nr_exports; i++) {
 		const struct nbdl_export *e = &srv.exports[i];
@@ -689,9 +708,11 @@ static void log_startup(const struct conf_export *defs,
 			 o->socket ? o->socket : "", o->socket ? ", TCP " : "TCP ",
 			 o->listen ? o->listen : SRV_DEFAULT_LISTEN,
 			 o->port ? o->port : SRV_DEFAULT_PORT);
+	size_text(srv.inflight_limit_bytes, inflight, sizeof(inflight));
 	nbdl_log(NBDL_INFO,
-		 "serving on %s; %u workers, backend %s, TLS %s%s%s (pid %d)",
-		 where, srv.nr_workers, ioq_backend_name(srv.backend),
+		 "serving on %s; %u workers, buffers in flight up to %s, "
+		 "backend %s, TLS %s%s%s (pid %d)",
+		 where, srv.nr_workers, inflight, ioq_backend_name(srv.backend),
 		 srv_tls_mode_name(srv.tls_mode),
 		 srv.tls_mode && o->tls_psk ? ", PSK" : "",
 		 srv.tls_mode && o->tls_certificates ? ", X.509" : "",
@@ -717,7 +738,7 @@ static struct origin origins[] = {
 	{ .key = "user" },	      { .key = "group" },
 	{ .key = "listen" },	      { .key = "port" },
 	{ .key = "socket" },	      { .key = "control" },
-	{ .key = "trace" },
+	{ .key = "trace" },	      { .key = "inflight-memory" },
 };
 static const char *origin_file; /* the config file's path */
 
@@ -892,7 +913,9 @@ static size_t memory_budget(const struct srv_options *o, unsigned int workers)
 /*
  * The bound on buffers in flight: --inflight-memory, or a quarter of the
  * machine, but enough for every worker to stream large requests at a deep
- * queue (server.h).  Each worker gets an equal share (worker_init).
+ * queue (server.h); either way never under SRV_INFLIGHT_WORKER_MIN a
+ * worker, which log_startup tells when it raised a given value.  The
+ * workers' shares add up to it (worker_init).
  */
 static size_t inflight_limit(const struct srv_options *o,
 			     unsigned int workers)
@@ -900,11 +923,32 @@ static size_t inflight_limit(const struct srv_options *o,
 	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
 	uint64_t v = 0, min = SRV_INFLIGHT_WORKER_DEFAULT_MIN * workers;
 
-	if (o->inflight_set)
-		return (size_t)o->inflight_bytes;
-	if (pages > 0 && psize > 0)
+	if (o->inflight_set) {
+		v = o->inflight_bytes;
+		min = (uint64_t)SRV_INFLIGHT_WORKER_MIN * workers;
+	} else if (pages > 0 && psize > 0) {
 		v = (uint64_t)pages * psize / SRV_INFLIGHT_RAM_SHARE;
+	}
 	return (size_t)(v < min ? min : v);
+}
+
+/*
+ * A given bound below SRV_INFLIGHT_WORKER_MIN a worker was raised
+ * (inflight_limit): say so, or the operator believes memory is bounded
+ * tighter than it is.
+ */
+static void log_inflight_raised(const struct srv_options *o)
+{
+	char name[1024], bound[32];
+
+	if (!o->inflight_set || o->inflight_bytes >= srv.inflight_limit_bytes)
+		return;
+	origin_name("inflight-memory", false, name, sizeof(name));
+	size_text(srv.inflight_limit_bytes, bound, sizeof(bound));
+	nbdl_log(NBDL_INFO,
+		 "warning: %s is less than %zuM for each of %u workers: "
+		 "buffers in flight up to %s",
+		 name, SRV_INFLIGHT_WORKER_MIN >> 20, srv.nr_workers, bound);
 }
 
 /*
@@ -1483,6 +1527,7 @@ int main(int argc, char **argv)
 		write_pidfile(cl.pidfile);
 	drop_privileges(&run_as, o.socket, cl.pidfile, o.stats_file);
 	log_startup(conf ? conf->exports : &cmdline_export, &o, activated);
+	log_inflight_raised(&o);
 	/* After any fork (daemonize): a mirror's rebuild is a thread. */
 	for (unsigned int i = 0; i < srv.nr_exports; i++)
 		target_start(srv.exports[i].vol);

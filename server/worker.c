@@ -3,6 +3,7 @@
  * worker.c - a worker thread: its loop, its ioq, new sockets handed over
  * from the main thread, the end-of-iteration send, and orderly stop.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,10 +156,16 @@ int worker_init(struct worker *w, struct server *srv)
 	ev_idle_init(&w->room_idle, worker_room_idle_cb);
 	ev_init(&w->stall, worker_stall_cb);
 	w->stall.repeat = SRV_STALL_TICK_S;
-	/* The bound's share, never below two largest requests (server.h). */
+	/*
+	 * The bound's share (never below two largest requests: main raised
+	 * the bound); the first workers take the remainder, so that the
+	 * shares add up to the bound the log and the statistics tell.
+	 */
 	share = srv->inflight_limit_bytes / srv->nr_workers;
-	if (share < SRV_INFLIGHT_WORKER_MIN)
-		share = SRV_INFLIGHT_WORKER_MIN;
+	if ((size_t)(w - srv->workers) <
+	    srv->inflight_limit_bytes % srv->nr_workers)
+		share++;
+	assert(share >= SRV_INFLIGHT_WORKER_MIN);
 	w->lanes[1].limit_bytes = share / SRV_INFLIGHT_SMALL_DIV;
 	w->lanes[0].limit_bytes = share - w->lanes[1].limit_bytes;
 	ev_async_init(&w->wake, worker_wake_cb);

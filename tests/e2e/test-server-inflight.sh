@@ -17,6 +17,9 @@
 #    reader, which got the room W held and reads nothing: each within
 #    5 s of its stall and a tick;
 #  - B's data is right afterwards, and a bad value is one line and exit 1.
+# The start-up line states the bound in force: 64M there, no warning; a
+# value under 64M a worker (-t 3, 100M: the flag, or the config file's
+# line) is raised to 192M, and one line says so, naming the setting.
 source "$(dirname "$0")/functions.sh"
 
 requires_nbdpy
@@ -33,6 +36,25 @@ out=$("$BIONBD" -f -U "$tmp/bad.sock" -c "$tmp/bad.conf" 2>&1) &&
     die "inflight-memory = lots was accepted"
 [[ $(wc -l <<<"$out") -eq 1 && $out == *"inflight-memory"*"lots"* ]] ||
     die "inflight-memory = lots: expected one line naming it, got: $out"
+
+# raised_once WHAT: the log has the raised bound and one warning naming WHAT.
+raised_once() {
+    expect_grep "; 3 workers, buffers in flight up to 192M, " "$SERVER_LOG"
+    grep -c "warning: " "$SERVER_LOG" | {
+        read -r n
+        ((n == 1)) || die "$n warnings in the log, expected 1"
+    }
+    expect_grep "warning: $1 is less than 64M for each of 3 workers: buffers in flight up to 192M$" \
+        "$SERVER_LOG"
+}
+start_bionbd -t 3 --inflight-memory 100M --size 64M "$tmp/s0"
+stop_bionbd
+raised_once "--inflight-memory 100M"
+printf '[server]\nthreads = 3\ninflight-memory = 100M\n[export x]\nfile = %s\n' \
+    "$tmp/s0" >"$tmp/raised.conf"
+start_bionbd -c "$tmp/raised.conf"
+stop_bionbd
+raised_once "${tmp//./\\.}/raised\\.conf:3: \\[server\\] inflight-memory=100M"
 
 start_bionbd -t 1 --inflight-memory 64M --memory 0 --sendfile-min 0 \
     --size 512M "$tmp/m0" "$tmp/m1"
@@ -161,4 +183,6 @@ grep -c "closed: it held" "$SERVER_LOG" | {
     ((n >= 2)) || die "$n eviction lines in the log, expected 2 or more"
 }
 stop_bionbd
+expect_grep "; 1 workers, buffers in flight up to 64M, " "$SERVER_LOG"
+expect_no_grep "warning: " "$SERVER_LOG"
 log "PASS"
