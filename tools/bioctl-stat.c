@@ -216,12 +216,36 @@ struct row {
 	struct io_stats_op op[REQ_OP_LAST]; /* lat_ns not shown */
 };
 
+/* A connection open on bionbd, as far as the table shows it. */
+struct conn_row {
+	uint64_t id;
+	char peer[64];
+	char export[64]; /* "" while it negotiates */
+	bool negotiating;
+	uint64_t buffer_bytes, buffer_waits;
+};
+
+/* bionbd's payload buffers in flight, all workers. */
+struct buffers {
+	bool present; /* the document has them (bionbd, not older) */
+	uint64_t limit_bytes, inflight_bytes, waits, evictions;
+};
+
 struct report {
 	double time;
 	struct row *rows;
 	size_t nr;
-	size_t conns; /* open connections (bionbd) */
+	struct conn_row *conns; /* open connections (bionbd) */
+	size_t nr_conns;
+	struct buffers buf;
 };
+
+static void report_free(struct report *r)
+{
+	free(r->rows);
+	free(r->conns);
+	memset(r, 0, sizeof(*r));
+}
 
 static void row_fill(struct row *r, const struct jv *o, bool member)
 {
@@ -268,21 +292,54 @@ static void row_fill(struct row *r, const struct jv *o, bool member)
 	}
 }
 
+static void conn_fill(struct conn_row *c, const struct jv *o)
+{
+	const struct jv *peer = jget(o, "peer"), *exp = jget(o, "export");
+
+	memset(c, 0, sizeof(*c));
+	c->id = jnum(o, "id");
+	snprintf(c->peer, sizeof(c->peer), "%s",
+		 peer && peer->type == J_STR ? peer->str : "?");
+	c->negotiating = !exp || exp->type != J_STR;
+	snprintf(c->export, sizeof(c->export), "%s",
+		 c->negotiating ? "" : exp->str);
+	c->buffer_bytes = jnum(o, "buffer_bytes");
+	c->buffer_waits = jnum(o, "buffer_waits");
+}
+
 static int report_parse(const char *text, size_t len, struct report *out)
 {
 	struct jp p = { .s = text, .end = text + len };
 	struct jv doc = { 0 };
-	const struct jv *exports;
+	const struct jv *exports, *conns, *buf;
 	int r = parse_value(&p, &doc);
 
 	memset(out, 0, sizeof(*out));
 	exports = jget(&doc, "exports");
 	if (r || !exports || exports->type != J_ARR) {
-		jv_free(&doc);
-		return -EINVAL;
+		r = -EINVAL;
+		goto out;
 	}
 	out->time = jget(&doc, "time") ? jget(&doc, "time")->num : 0;
-	out->conns = jget(&doc, "connections") ? jget(&doc, "connections")->nr : 0;
+	buf = jget(&doc, "buffers");
+	if (buf && buf->type == J_OBJ) {
+		out->buf.present = true;
+		out->buf.limit_bytes = jnum(buf, "limit_bytes");
+		out->buf.inflight_bytes = jnum(buf, "inflight_bytes");
+		out->buf.waits = jnum(buf, "waits");
+		out->buf.evictions = jnum(buf, "evictions");
+	}
+	conns = jget(&doc, "connections");
+	if (conns && conns->type == J_ARR && conns->nr) {
+		out->conns = calloc(conns->nr, sizeof(*out->conns));
+		if (!out->conns) {
+			r = -ENOMEM;
+			goto out;
+		}
+		for (size_t i = 0; i < conns->nr; i++)
+			conn_fill(&out->conns[out->nr_conns++],
+				  &conns->kids[i]);
+	}
 	for (size_t i = 0; i < exports->nr; i++) {
 		const struct jv *e = &exports->kids[i];
 		const struct jv *m = jget(e, "members");
@@ -290,16 +347,19 @@ static int report_parse(const char *text, size_t len, struct report *out)
 		struct row *v = realloc(out->rows, want * sizeof(*v));
 
 		if (!v) {
-			jv_free(&doc);
-			return -ENOMEM;
+			r = -ENOMEM;
+			goto out;
 		}
 		out->rows = v;
 		row_fill(&out->rows[out->nr++], e, false);
 		for (size_t k = 0; m && k < m->nr; k++)
 			row_fill(&out->rows[out->nr++], &m->kids[k], true);
 	}
+out:
 	jv_free(&doc);
-	return 0;
+	if (r)
+		report_free(out);
+	return r;
 }
 
 /*
@@ -454,6 +514,53 @@ static const struct row *find_prev(const struct report *prev,
 	return NULL;
 }
 
+static const struct conn_row *find_prev_conn(const struct report *prev,
+					     const struct conn_row *c)
+{
+	for (size_t k = 0; prev && k < prev->nr_conns; k++)
+		if (prev->conns[k].id == c->id)
+			return &prev->conns[k];
+	return NULL;
+}
+
+/*
+ * bionbd's buffers in flight, then a row per open connection: what it
+ * holds now, and its requests that waited for room (in total, or per
+ * second over the interval when @secs is not 0, like the counts above).
+ */
+static void print_buffers(const struct report *cur, const struct report *prev,
+			  double secs)
+{
+	uint64_t waits = cur->buf.waits, evictions = cur->buf.evictions;
+	double div = secs ? secs : 1;
+
+	if (!cur->buf.present)
+		return;
+	if (secs && prev->buf.present) {
+		waits -= prev->buf.waits;
+		evictions -= prev->buf.evictions;
+	}
+	printf("buffers in flight: %.1f of %.1f MiB, %.0f %s, %.0f %s\n",
+	       cur->buf.inflight_bytes / 1048576.0,
+	       cur->buf.limit_bytes / 1048576.0, waits / div,
+	       secs ? "waits/s" : "waits", evictions / div,
+	       secs ? "evictions/s" : "evictions");
+	if (!cur->nr_conns)
+		return;
+	printf("%6s %-24s %-24s %8s %9s\n", "conn", "peer", "export",
+	       "bufMiB", secs ? "bwaits/s" : "bwaits");
+	for (size_t i = 0; i < cur->nr_conns; i++) {
+		const struct conn_row *c = &cur->conns[i];
+		const struct conn_row *p = secs ? find_prev_conn(prev, c) : NULL;
+		uint64_t w = c->buffer_waits - (p ? p->buffer_waits : 0);
+
+		printf("%6" PRIu64 " %-24.24s %-24.24s %8.1f %9.0f\n", c->id,
+		       c->peer, c->negotiating ? "-" :
+				c->export[0] ? c->export : "''",
+		       c->buffer_bytes / 1048576.0, w / div);
+	}
+}
+
 /*
  * One report: totals since the server started (no @prev), else rates over
  * the interval since @prev and that interval's p99.
@@ -519,7 +626,9 @@ static void print_report(const struct report *cur, const struct report *prev)
 		       io_stats_percentile(&d[REQ_OP_WRITE], 0.99) / 1e6,
 		       r->state[0] ? " " : "", r->state);
 	}
-	printf("%zu connection%s open\n", cur->conns, cur->conns == 1 ? "" : "s");
+	print_buffers(cur, prev, rates ? secs : 0);
+	printf("%zu connection%s open\n", cur->nr_conns,
+	       cur->nr_conns == 1 ? "" : "s");
 	fflush(stdout);
 }
 
@@ -592,7 +701,7 @@ int cmd_stat(int argc, char **argv)
 		r = fetch(argv[optind], &text, &len, why, sizeof(why));
 		if (r) {
 			fprintf(stderr, "bioctl: %s\n", why);
-			free(prev.rows);
+			report_free(&prev);
 			return 1;
 		}
 		if (json) {
@@ -607,15 +716,15 @@ int cmd_stat(int argc, char **argv)
 			fprintf(stderr,
 				"bioctl: %s: not a statistics document\n",
 				argv[optind]);
-			free(prev.rows);
+			report_free(&prev);
 			return 1;
 		}
 		if (n)
 			putchar('\n');
 		print_report(&cur, n ? &prev : NULL);
-		free(prev.rows);
+		report_free(&prev);
 		prev = cur;
 	}
-	free(prev.rows);
+	report_free(&prev);
 	return 0;
 }

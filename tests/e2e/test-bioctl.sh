@@ -24,7 +24,8 @@
 # bytes, carry superblocks with the data 1 MiB in, and convert refuses
 # them; a run that died while writing the superblocks (checkpoint "all
 # moved", some superblocks missing) is finished by running it again.  SIGINT stops a convert cleanly with how to resume.
-# bioctl stat on bionbd's pidfile shows its members; on a member file, on
+# bioctl stat on bionbd's pidfile shows its members and its buffers in
+# flight; on a member file, on
 # bionbd's NBD socket and on a socket that says nothing: exit 1 within
 # 8 s (not after the server's 10 s handshake timeout), one line saying
 # what it looked for and what it found.
@@ -184,6 +185,9 @@ stat_refused() {
 "$BIOCTL" stat -n 1 "$SERVER_PIDFILE" >out 2>err || die "stat PIDFILE: exit $? $(cat err)"
 # Members are shown by the end of their (absolute) paths.
 expect_grep "^  \.\..*/h0 " out
+# bionbd's buffers in flight, none with no client (test-server-inflight.sh
+# has them busy).
+expect_grep "^buffers in flight: 0\.0 of [0-9]+\.[0-9] MiB, 0 waits, 0 evictions$" out
 # A striped volume's members have no state: the row ends at the p99s.
 ! grep -n ' $' out || die "stat PIDFILE: a line ends with a space"
 stat_refused "h0: not a control socket \(nor is h0\.ctl: No such file or directory\)$" h0

@@ -16,6 +16,8 @@
 #    (logged once, counted in buffers.evictions), and then the first
 #    reader, which got the room W held and reads nothing: each within
 #    5 s of its stall and a tick;
+#  - bioctl stat's table shows the bound, the waits and evictions, and the
+#    second reader, let in then, holding 32 MiB or more after waiting;
 #  - B's data is right afterwards, and a bad value is one line and exit 1.
 # The start-up line states the bound in force: 64M there, no warning; a
 # value under 64M a worker (-t 3, 100M: the flag, or the config file's
@@ -62,6 +64,7 @@ SERVER_PID=$SERVER_PID NBD_SOCK=$NBD_SOCK NBD_URI=$NBD_URI BIOCTL=$BIOCTL \
     PIDFILE=$SERVER_PIDFILE nbdpy - <<'PY' || die "in-flight bound cases failed"
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -168,6 +171,35 @@ check(r1_id in gone, "the first reader, reading nothing, was not closed")
 check(gone[r1_id] - gone[w_id] <= STALL_S + 2.5,
       f"the first reader closed {gone[r1_id] - gone[w_id]:.1f} s after W")
 check(stats()["buffers"]["evictions"] >= 2, "buffers.evictions under 2")
+
+
+def table_check():
+    """bioctl stat's table: the bound, waits and evictions, and a row per
+    connection with what it holds and how often it waited."""
+    table = subprocess.run(
+        [os.environ["BIOCTL"], "stat", "-n", "1", os.environ["PIDFILE"]],
+        check=True, capture_output=True, text=True).stdout
+    m = re.search(r"^buffers in flight: [0-9.]+ of 64\.0 MiB, (\d+) waits, "
+                  r"(\d+) evictions$", table, re.M)
+    check(m and int(m[1]) >= 3 and int(m[2]) >= 2,
+          f"bioctl stat: no buffers line with the waits:\n{table}")
+    check(re.search(r"^ +conn peer +export +bufMiB +bwaits$", table, re.M),
+          f"bioctl stat: no connections' header:\n{table}")
+    rows = {int(r[0]): (float(r[1]), int(r[2])) for r in re.findall(
+        r"^ *(\d+) unix +'' +([0-9.]+) +(\d+)$", table, re.M)}
+    return rows, table
+
+
+# The second reader, let in once the first was closed, holds its reads.
+r2_id = r1_id + 1
+for _ in range(30):
+    rows, table = table_check()
+    if rows.get(r2_id, (0, 0))[0] >= 32:
+        break
+    time.sleep(0.1)
+check(rows.get(r2_id, (0, 0))[0] >= 32 and rows[r2_id][1] >= 1,
+      f"bioctl stat: reader {r2_id} holds no 32 MiB or never waited:\n{table}")
+check(rows.get(first_id) == (0.0, 0), f"bioctl stat: B's row:\n{table}")
 stop.set()
 tw.join()
 w.close()
