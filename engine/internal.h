@@ -383,6 +383,18 @@ struct ioq_slot {
 void ioq_slot_add(struct ioq *q, struct ioq_slot *s);
 void ioq_slot_remove(struct ioq *q, struct ioq_slot *s);
 
+/*
+ * A call back onto an ioq's own thread at a time (fault.c's delays): run
+ * by the first reap at or after @deadline_ns.  Counts as in flight, so
+ * ioq_wait() waits for it and the queue cannot be destroyed under it;
+ * ioq_timer_next_ns() tells an event loop when to wake.
+ */
+struct ioq_timer {
+	struct ioq_timer *next;
+	uint64_t deadline_ns; /* engine_now_ns() clock */
+	void (*fn)(struct ioq_timer *tm);
+};
+
 struct ioq {
 	const struct ioq_ops *ops;
 	enum ioq_backend backend;
@@ -407,7 +419,9 @@ struct ioq {
 	 * ioq_call_post: calls posted from any thread (under @call_lock),
 	 * and the eventfd that wakes the queue's thread for them, watched
 	 * through @call_poll while calls are expected (owner thread only:
-	 * @calls_expected, @call_armed).  -1 until the first expect.
+	 * @calls_expected, @call_armed, and the rest).  -1 until the first
+	 * expect.  While it cannot be watched (@call_unwatched), @call_tm
+	 * looks at the list every IOQ_CALL_LOOK_NS instead.
 	 */
 	pthread_mutex_t call_lock;
 	struct ioq_call *calls;
@@ -415,7 +429,13 @@ struct ioq {
 	struct ioq_poll call_poll;
 	unsigned int calls_expected;
 	bool call_armed;
+	bool call_unwatched;
+	bool call_tm_on;
+	struct ioq_timer call_tm;
 };
+
+/* How often a queue whose call eventfd cannot be watched looks at it. */
+#define IOQ_CALL_LOOK_NS (10 * 1000 * 1000ull)
 
 /* The backend took (@n 1) or ended (@n -1) @bio: count it if a hint. */
 static inline void ioq_hints_add(struct ioq *q, const struct bio *bio, int n)
@@ -432,18 +452,6 @@ static inline struct ioq_slot *ioq_slot_find(struct ioq *q, const void *key)
 		s = s->next;
 	return s;
 }
-
-/*
- * A call back onto an ioq's own thread at a time (fault.c's delays): run
- * by the first reap at or after @deadline_ns.  Counts as in flight, so
- * ioq_wait() waits for it and the queue cannot be destroyed under it;
- * ioq_timer_next_ns() tells an event loop when to wake.
- */
-struct ioq_timer {
-	struct ioq_timer *next;
-	uint64_t deadline_ns; /* engine_now_ns() clock */
-	void (*fn)(struct ioq_timer *tm);
-};
 
 void ioq_timer_add(struct ioq *q, struct ioq_timer *tm);
 /* Take @tm back before it ran; false when it was not pending. */

@@ -123,6 +123,8 @@ void ioq_init(struct ioq *q, const struct ioq_ops *ops,
 	memset(&q->call_poll, 0, sizeof(q->call_poll));
 	q->calls_expected = 0;
 	q->call_armed = false;
+	q->call_unwatched = false;
+	q->call_tm_on = false;
 }
 
 void ioq_slot_add(struct ioq *q, struct ioq_slot *s)
@@ -156,14 +158,11 @@ void ioq_poll_del(struct ioq *q, struct ioq_poll *p)
  * expected stops counting as in flight before its @fn runs, which may
  * expect another.
  */
-static void ioq_call_run(struct ioq_poll *p, unsigned int revents)
+static void ioq_call_drain(struct ioq *q)
 {
-	struct ioq *q = container_of(p, struct ioq, call_poll);
 	struct ioq_call *list, *fifo = NULL;
 	uint64_t v;
 
-	(void)revents;
-	q->call_armed = false;
 	(void)!read(q->call_efd, &v, sizeof(v));
 	pthread_mutex_lock(&q->call_lock);
 	list = q->calls;
@@ -185,16 +184,66 @@ static void ioq_call_run(struct ioq_poll *p, unsigned int revents)
 		q->inflight--;
 		c->fn(c);
 	}
-	/* One-shot: watch again while posts are still to come. */
-	if (q->calls_expected && !q->call_armed &&
-	    !ioq_poll_set(q, &q->call_poll))
+}
+
+static void ioq_call_timer_fn(struct ioq_timer *tm);
+
+/*
+ * Watch the eventfd (one-shot) while posts are still to come.  When the
+ * queue cannot (out of memory, a full ring), a call posted meanwhile would
+ * sit on the list and its request never end: so the timer looks at the
+ * list instead, and tries the watch again, as long as calls are expected.
+ */
+static void ioq_call_watch(struct ioq *q)
+{
+	int r;
+
+	if (!q->calls_expected || q->call_armed)
+		return;
+	r = ioq_poll_set(q, &q->call_poll);
+	if (likely(!r)) {
 		q->call_armed = true;
+		if (unlikely(q->call_unwatched))
+			target_notice(TARGET_NOTICE_INFO,
+				      "ioq: the call eventfd is watched again");
+		q->call_unwatched = false;
+		return;
+	}
+	if (!q->call_unwatched)
+		target_notice(TARGET_NOTICE_ERROR,
+			      "ioq: the call eventfd cannot be watched (%s); "
+			      "looking at it every %llu ms instead",
+			      strerror(-r), IOQ_CALL_LOOK_NS / 1000000);
+	q->call_unwatched = true;
+	if (q->call_tm_on)
+		return;
+	q->call_tm_on = true;
+	q->call_tm.fn = ioq_call_timer_fn;
+	q->call_tm.deadline_ns = engine_now_ns() + IOQ_CALL_LOOK_NS;
+	ioq_timer_add(q, &q->call_tm);
+}
+
+static void ioq_call_run(struct ioq_poll *p, unsigned int revents)
+{
+	struct ioq *q = container_of(p, struct ioq, call_poll);
+
+	(void)revents;
+	q->call_armed = false;
+	ioq_call_drain(q);
+	ioq_call_watch(q);
+}
+
+static void ioq_call_timer_fn(struct ioq_timer *tm)
+{
+	struct ioq *q = container_of(tm, struct ioq, call_tm);
+
+	q->call_tm_on = false;
+	ioq_call_drain(q);
+	ioq_call_watch(q);
 }
 
 int ioq_call_expect(struct ioq *q)
 {
-	int r;
-
 	if (q->call_efd < 0) {
 		q->call_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		if (q->call_efd < 0)
@@ -203,14 +252,10 @@ int ioq_call_expect(struct ioq *q)
 		q->call_poll.events = POLLIN;
 		q->call_poll.fn = ioq_call_run;
 	}
-	if (!q->call_armed) {
-		r = ioq_poll_set(q, &q->call_poll);
-		if (r)
-			return r;
-		q->call_armed = true;
-	}
 	q->calls_expected++;
 	q->inflight++;
+	/* Watched or, failing that, looked at by the timer: never refused. */
+	ioq_call_watch(q);
 	return 0;
 }
 

@@ -15,7 +15,14 @@
  *  - several posted from another thread run in the order they came, and
  *    a call that expects and posts another from its callback is run too;
  *  - nothing is left in flight after, and the queue is destroyed cleanly
- *    (ASan: the wake-up's descriptor and memory go with it).
+ *    (ASan: the wake-up's descriptor and memory go with it);
+ *  - the queue fails to watch the eventfd (an injected ioq_poll_set error),
+ *    in ioq_call_expect or when re-arming after a call ran: the expect
+ *    still succeeds, and a call posted later from another thread runs
+ *    within 2 s under a loop that sleeps on the event fd and the timers
+ *    (ioq_timer_next_ns), like bionbd's: found by the timer while the
+ *    watch keeps failing, else by the watch the timer set again; one
+ *    error notice says so, and one notice that the watch is back.
  */
 #define BIONBD_INTERNAL 1
 #include <poll.h>
@@ -147,9 +154,113 @@ static void run(enum ioq_backend be)
 	printf("ioq-call: %s ok\n", ioq_backend_name(be));
 }
 
+/* The backend's ops with a poll_set that fails while fail_polls lasts. */
+static struct ioq_ops failing_ops;
+static const struct ioq_ops *real_ops;
+static int fail_polls;
+static int notices[2];
+
+static int failing_poll_set(struct ioq *q, struct ioq_poll *p)
+{
+	if (fail_polls > 0) {
+		fail_polls--;
+		return -ENOMEM;
+	}
+	return real_ops->poll_set(q, p);
+}
+
+static void count_notice(enum target_notice_level level, const char *msg)
+{
+	printf("notice: %s\n", msg);
+	notices[level]++;
+}
+
+/* Reap, sleeping on the event fd and the timers, until @t ran or 2 s. */
+static void loop_until(struct ioq *q, struct tcall *t)
+{
+	uint64_t end = engine_now_ns() + 2000000000ull;
+
+	while (!t->ran && engine_now_ns() < end) {
+		struct pollfd pfd = { .fd = ioq_event_fd(q), .events = POLLIN };
+		int ms = ioq_timer_wait_ms(q);
+
+		ioq_flush(q);
+		(void)poll(&pfd, 1, ms < 0 || ms > 100 ? 100 : ms);
+		CHECK(ioq_reap(q) >= 0);
+	}
+	CHECK(t->ran);
+}
+
+static void run_unwatched(enum ioq_backend be)
+{
+	struct tcall t[2];
+	struct poster p;
+	struct ioq *q;
+	pthread_t th;
+
+	if (!unit_ioq_create(&q, be))
+		return;
+	ioq_set_current(q);
+	real_ops = q->ops;
+	failing_ops = *q->ops;
+	failing_ops.poll_set = failing_poll_set;
+	q->ops = &failing_ops;
+	memset(notices, 0, sizeof(notices));
+	target_set_notice_reporter(count_notice);
+
+	/*
+	 * The expect cannot watch, nor can the timer's tries: the expect
+	 * succeeds all the same, and the timer finds the post.
+	 */
+	memset(t, 0, sizeof(t));
+	t[0].c.fn = tcall_fn;
+	fail_polls = 1000;
+	CHECK_EQ(ioq_call_expect(q), 0);
+	CHECK_EQ(notices[TARGET_NOTICE_ERROR], 1);
+	p = (struct poster){ .q = q, .calls = t, .n = 1, .delay_us = 50000 };
+	CHECK_EQ(pthread_create(&th, NULL, post_later, &p), 0);
+	loop_until(q, &t[0]);
+	CHECK_EQ(pthread_join(th, NULL), 0);
+	/* Nothing expected: the timer looks no more. */
+	CHECK_EQ(ioq_inflight(q), 0);
+	CHECK(fail_polls < 1000);
+	fail_polls = 0;
+
+	/* Watched again at the next expect, said once. */
+	memset(t, 0, sizeof(t));
+	t[0].c.fn = t[1].c.fn = tcall_fn;
+	CHECK_EQ(ioq_call_expect(q), 0);
+	CHECK_EQ(ioq_call_expect(q), 0);
+	CHECK_EQ(notices[TARGET_NOTICE_INFO], 1);
+	/*
+	 * The watch after the first call ran fails: the timer tries again,
+	 * the watch is back, and the second is found.
+	 */
+	fail_polls = 1;
+	ioq_call_post(q, &t[0].c);
+	loop_until(q, &t[0]);
+	CHECK_EQ(fail_polls, 0);
+	CHECK_EQ(notices[TARGET_NOTICE_ERROR], 2);
+	p = (struct poster){ .q = q, .calls = &t[1], .n = 1,
+			     .delay_us = 50000 };
+	CHECK_EQ(pthread_create(&th, NULL, post_later, &p), 0);
+	loop_until(q, &t[1]);
+	CHECK_EQ(pthread_join(th, NULL), 0);
+	CHECK_EQ(notices[TARGET_NOTICE_INFO], 2);
+	CHECK_EQ(ioq_inflight(q), 0);
+
+	target_set_notice_reporter(NULL);
+	q->ops = real_ops;
+	ioq_set_current(NULL);
+	ioq_destroy(q);
+	printf("ioq-call: %s ok, unwatched\n", ioq_backend_name(be));
+}
+
 int main(void)
 {
 	run(IOQ_IO_URING);
 	run(IOQ_THREADS);
+	run_unwatched(IOQ_IO_URING);
+	run_unwatched(IOQ_THREADS);
 	return 0;
 }

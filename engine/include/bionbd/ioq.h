@@ -177,9 +177,11 @@ struct ioq_call {
  *
  * Until its @fn has run, the call counts as in flight: ioq_wait() blocks
  * for it (and wakes for it), and an event loop's event fd becomes
- * readable when it is posted.  Each expect is answered by exactly one
- * post.  Returns 0, or -errno when the wake-up cannot be set up (no post
- * may come then).
+ * readable when it is posted; should the queue fail to watch for the
+ * post, a timer looks every 10 ms instead (ioq_timer_next_ns() tells
+ * the loop when), logged once through target_notice.  Each expect is
+ * answered by exactly one post.  Returns 0, or -errno when the wake-up
+ * cannot be made (no eventfd: no post may come then).
  */
 int ioq_call_expect(struct ioq *q);
 
