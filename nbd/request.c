@@ -411,13 +411,15 @@ struct nbdl_split {
 	struct ioq *q; /* the submitting thread's: its bios end there */
 	unsigned int pending; /* bios of the current step in flight */
 	int err; /* the first of theirs to fail */
-	/* The partial end sectors it holds (or waits for), and their copies. */
-	sector_t lk[2];
+	/*
+	 * The partial end sectors it holds or waits for (their queues), and
+	 * their copies; @ahead: those where another is before it.
+	 */
+	struct nbdl_rmw_slot lk[2];
 	char *lk_buf[2];
 	unsigned int nr_lk;
-	struct nbdl_split *held_next; /* in e->rmw_held while it holds them */
-	struct nbdl_split *waiters; /* parked until it lets them go */
-	struct nbdl_split *wait_next;
+	unsigned int ahead;
+	struct nbdl_split *grant_next; /* rmw_unlock_edges' list */
 	char hb[SECTOR_SIZE], tb[SECTOR_SIZE];
 };
 
@@ -497,13 +499,13 @@ static void patch_edges(const struct span *s, const char *src, uint64_t off,
  *
  *  1. (a fast zero only) the whole sectors, which alone may refuse, so
  *     that a refusal changes nothing;
- *  2. take the partial end sectors (rmw_lock_edges), parking behind a
- *     read-modify-write that holds one of them;
+ *  2. take the partial end sectors (rmw_lock_edges), queueing for
+ *     each, first come first served, behind other read-modify-writes;
  *  3. read them (rmw_read_endio), then patch in the request's bytes;
  *  4. write them and the whole sectors between: for a write the parent's
  *     own vector, one bio over the span; for zeroes the edge sectors and
- *     the whole ones, apart (rmw_write_endio); then let the sectors go and
- *     wake whoever waits for them.
+ *     the whole ones, apart (rmw_write_endio); then let the sectors go,
+ *     each to the next request in its queue.
  *
  * Two unaligned writes into one sector must not lose each other's bytes:
  * each holds its edge sectors from before its read until after its write,
@@ -533,27 +535,37 @@ static void rmw_edges_of(struct nbdl_split *sp)
 
 	sp->nr_lk = 0;
 	if (s->head || s->one) {
-		sp->lk[sp->nr_lk] = s->start >> SECTOR_SHIFT;
+		sp->lk[sp->nr_lk].sector = s->start >> SECTOR_SHIFT;
 		sp->lk_buf[sp->nr_lk++] = sp->hb;
 	}
 	if (s->tail && !s->one) {
-		sp->lk[sp->nr_lk] = (s->end >> SECTOR_SHIFT) - 1;
+		sp->lk[sp->nr_lk].sector = (s->end >> SECTOR_SHIFT) - 1;
 		sp->lk_buf[sp->nr_lk++] = sp->tb;
 	}
 }
 
-/* Caller holds rmw_lock: who holds one of @sp's edge sectors, or NULL. */
-static struct nbdl_split *rmw_holder(struct nbdl_export *e,
-				     const struct nbdl_split *sp)
+/*
+ * The export's table of partial sectors in read-modify-writes: each
+ * bucket chains the heads of their queues (rmw_slot's), the request that
+ * holds the sector.  A multiplicative hash: neighbouring sectors, which
+ * unaligned writes along a file touch, go to different buckets.
+ */
+static struct nbdl_rmw_slot **rmw_bucket(struct nbdl_export *e, sector_t s)
 {
-	for (struct nbdl_split *h = e->rmw_held; h; h = h->held_next)
-		for (unsigned int i = 0; i < h->nr_lk; i++)
-			for (unsigned int j = 0; j < sp->nr_lk; j++)
-				if (h->lk[i] == sp->lk[j])
-					return h;
-	return NULL;
+	return &e->rmw_sectors[(uint64_t)s * 0x9e3779b97f4a7c15ull >>
+			       (64 - NBDL_RMW_BUCKET_BITS)];
 }
 
+/* Caller holds rmw_lock: the queue of sector @s (its head), or NULL. */
+static struct nbdl_rmw_slot *rmw_queue(struct nbdl_export *e, sector_t s)
+{
+	struct nbdl_rmw_slot *h;
+
+	for (h = *rmw_bucket(e, s); h; h = h->bnext)
+		if (h->sector == s)
+			return h;
+	return NULL;
+}
 /* Send @n bios of one step, each ending in @end_io, @sp's next step. */
 static void rmw_submit(struct nbdl_split *sp, struct bio **bio, unsigned int n,
 		       bio_end_io_t *end_io)
@@ -590,7 +602,7 @@ static int rmw_edge_bios(struct nbdl_split *sp, unsigned int opf,
 {
 	for (unsigned int i = 0; i < sp->nr_lk; i++) {
 		bio[i] = range_bio(opf, sp->lk_buf[i],
-				   (uint64_t)sp->lk[i] << SECTOR_SHIFT,
+				   (uint64_t)sp->lk[i].sector << SECTOR_SHIFT,
 				   SECTOR_SIZE);
 		if (!bio[i]) {
 			while (i--)
@@ -604,57 +616,92 @@ static int rmw_edge_bios(struct nbdl_split *sp, unsigned int opf,
 static void rmw_read_edges(struct nbdl_split *sp);
 
 /*
- * Take @sp's edge sectors, or park it behind their holder: the holder
- * posts it back to its own thread (rmw_resume) when it lets them go.
+ * Take @sp's edge sectors, or queue for them: each sector has its queue,
+ * first come first served, whose head holds it; @sp goes on (reads them)
+ * once it heads the queues of both, handed them by whoever let them go
+ * (rmw_unlock_edges), on its own thread (rmw_resume).  It joins both
+ * queues at once, under the lock, so the queues agree on who came first
+ * and a request waits only for older ones: no two wait for each other.
  */
 static void rmw_lock_edges(struct nbdl_split *sp)
 {
 	struct nbdl_export *e = sp->e;
-	struct nbdl_split *h;
+	struct nbdl_rmw_slot *sl, *h, **pp;
+	unsigned int i, ahead = 0;
 	int r = 0;
 
 	pthread_mutex_lock(&e->rmw_lock);
-	h = rmw_holder(e, sp);
-	if (!h) {
-		sp->held_next = e->rmw_held;
-		e->rmw_held = sp;
-	} else {
+	for (i = 0; i < sp->nr_lk; i++)
+		ahead += rmw_queue(e, sp->lk[i].sector) != NULL;
+	/* Before queueing: a request that cannot be woken must not wait. */
+	if (ahead)
 		r = ioq_call_expect(sp->q);
-		if (!r) {
-			sp->wait_next = h->waiters;
-			h->waiters = sp;
+	for (i = 0; !r && i < sp->nr_lk; i++) {
+		sl = &sp->lk[i];
+		sl->sp = sp;
+		sl->qnext = NULL;
+		h = rmw_queue(e, sl->sector);
+		if (h) {
+			h->qtail->qnext = sl;
+			h->qtail = sl;
+		} else {
+			sl->qtail = sl;
+			pp = rmw_bucket(e, sl->sector);
+			sl->bnext = *pp;
+			*pp = sl;
 		}
 	}
+	sp->ahead = ahead;
 	pthread_mutex_unlock(&e->rmw_lock);
 	if (r)
 		rmw_end(sp, r);
-	else if (!h)
+	else if (!ahead)
 		rmw_read_edges(sp);
 }
 
-/* The holder let go: try again (another may have taken them since). */
+/* Handed its sectors by the request that let them go (rmw_unlock_edges). */
 static void rmw_resume(struct ioq_call *c)
 {
-	rmw_lock_edges(rmw_of_call(c));
+	rmw_read_edges(rmw_of_call(c));
 }
 
+/*
+ * Let @sp's edge sectors go: each passes to the next in its queue, and a
+ * request that now heads the queues of all its sectors goes on, on its
+ * own thread.  Constant work a sector, however many wait for it.
+ */
 static void rmw_unlock_edges(struct nbdl_split *sp)
 {
 	struct nbdl_export *e = sp->e;
-	struct nbdl_split **pp, *w;
+	struct nbdl_split *granted = NULL, *w;
+	struct nbdl_rmw_slot *sl, *next, **pp;
 
 	pthread_mutex_lock(&e->rmw_lock);
-	for (pp = &e->rmw_held; *pp != sp; pp = &(*pp)->held_next)
-		;
-	*pp = sp->held_next;
-	w = sp->waiters;
-	sp->waiters = NULL;
+	for (unsigned int i = 0; i < sp->nr_lk; i++) {
+		sl = &sp->lk[i];
+		for (pp = rmw_bucket(e, sl->sector); *pp != sl;
+		     pp = &(*pp)->bnext)
+			;
+		next = sl->qnext;
+		if (!next) {
+			*pp = sl->bnext;
+			continue;
+		}
+		/* The next one heads the queue, in @sl's place. */
+		next->qtail = sl->qtail;
+		next->bnext = sl->bnext;
+		*pp = next;
+		if (!--next->sp->ahead) {
+			next->sp->grant_next = granted;
+			granted = next->sp;
+		}
+	}
 	pthread_mutex_unlock(&e->rmw_lock);
-	while (w) {
-		struct nbdl_split *next = w->wait_next;
-
+	/* Posted, a request may end and be freed at once: its next first. */
+	while (granted) {
+		w = granted;
+		granted = w->grant_next;
 		ioq_call_post(w->q, &w->call);
-		w = next;
 	}
 }
 

@@ -10,7 +10,9 @@
 # once, plain and with members delayed 0-3 ms a bio so that their
 # read-modify-writes overlap; every byte is read back.  An edge read that
 # fails (a fault rule on one member's reads) fails the write or zero with
-# EIO and leaves both members' files as they were.  bionbd only: with one
+# EIO and leaves both members' files as they were.  Three writes into one
+# sector, its edge reads 300 ms slow, sent 100 ms apart: they end in the
+# order they came, the last one's bytes stay.  bionbd only: with one
 # worker and one member 500 ms slow, a client's unaligned write and zero
 # over that member leave a second client's aligned 4 KiB read and write on
 # another member answered within 200 ms, while they are still in flight
@@ -241,6 +243,36 @@ a.close()
 PY
     die "a failing edge read"
 stop_server
+
+# ---- writers into one sector take it in the order they came
+log "three writers into one sector, its reads 300 ms slow"
+start_server --stripe-size 64K --size $SIZE \
+    --delay "member=0 op=read ms=300" "${members[@]}"
+NBD_SOCK=$NBD_SOCK nbdpy - <<'PY' || die "first come, first served"
+import os
+import time
+
+import nbd_raw as raw
+from nbd_raw import connect_go, pattern
+from nbd_e2e import check, log
+
+a = connect_go(os.environ["NBD_SOCK"])
+# A holds sector 0 through its slow edge read; B, then C, wait for it.
+for cookie in (1, 2, 3):
+    a.request(raw.CMD_WRITE, cookie, 100, 10, 0, pattern(cookie, 10))
+    time.sleep(0.1)
+order = []
+for _ in range(3):
+    r = a.full_reply()
+    check(a.error_of(r) == 0, f"write {r[0].cookie}: error {a.error_of(r)}")
+    order.append(r[0].cookie)
+check(order == [1, 2, 3], f"the writes ended in the order {order}")
+check(a.read(0, 512)[100:110] == pattern(3, 10), "the last writer's bytes")
+log("ok three writers into one sector: in the order they came")
+a.close()
+PY
+stop_server
+rm -f "${members[@]}"
 
 # ---- bionbd: the worker waits for no edge sector
 if [[ $SERVER == bionbd ]]; then

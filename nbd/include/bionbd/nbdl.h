@@ -65,6 +65,21 @@
 
 struct nbdl_split;
 
+/*
+ * One partial sector of a read-modify-write (nbd/request.c), in the
+ * sector's queue: the head holds the sector and chains the export's
+ * bucket; the others wait, first come first served.
+ */
+struct nbdl_rmw_slot {
+	sector_t sector;
+	struct nbdl_split *sp;
+	struct nbdl_rmw_slot *qnext; /* the next request queued for it */
+	struct nbdl_rmw_slot *qtail; /* the head's: the queue's last */
+	struct nbdl_rmw_slot *bnext; /* the head's: its bucket's next */
+};
+
+#define NBDL_RMW_BUCKET_BITS 6
+
 /* One served export: a striped volume and how it is presented. */
 struct nbdl_export {
 	char *name; /* NBD export name ("" for a command-line volume) */
@@ -75,12 +90,13 @@ struct nbdl_export {
 	bool iomap; /* target_iomap() answers for vol: reads may be sendfile'd */
 	struct volume_info info; /* superblocks, member order, data offset */
 	/*
-	 * The read-modify-writes of partial sectors in flight (see the top),
-	 * each holding its edge sectors until its writes are done; the lock
-	 * guards the list only, never held across I/O.
+	 * The partial sectors of read-modify-writes in flight (see the top),
+	 * a queue each, hashed: each request holds its edge sectors until its
+	 * writes are done, those after it wait; the lock guards the table
+	 * only, never held across I/O.
 	 */
 	pthread_mutex_t rmw_lock;
-	struct nbdl_split *rmw_held;
+	struct nbdl_rmw_slot *rmw_sectors[1u << NBDL_RMW_BUCKET_BITS];
 	/* Requests of the export; its members' are its children (stats.h). */
 	struct io_stats *stats;
 	uint32_t trace_id; /* its name in traces (trace.h) */
