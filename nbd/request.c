@@ -668,7 +668,8 @@ static void rmw_resume(struct ioq_call *c)
 /*
  * Let @sp's edge sectors go: each passes to the next in its queue, and a
  * request that now heads the queues of all its sectors goes on, on its
- * own thread.  Constant work a sector, however many wait for it.
+ * own thread.  However many wait for a sector, letting it go is the same
+ * work.
  */
 static void rmw_unlock_edges(struct nbdl_split *sp)
 {

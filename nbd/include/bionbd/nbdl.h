@@ -78,7 +78,8 @@ struct nbdl_rmw_slot {
 	struct nbdl_rmw_slot *bnext; /* the head's: its bucket's next */
 };
 
-#define NBDL_RMW_BUCKET_BITS 6
+/* Buckets of an export's table: 2 KiB, chains short for thousands held. */
+#define NBDL_RMW_BUCKET_BITS 8
 
 /* One served export: a striped volume and how it is presented. */
 struct nbdl_export {
