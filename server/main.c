@@ -927,7 +927,9 @@ static size_t inflight_limit(const struct srv_options *o,
 		v = o->inflight_bytes;
 		min = (uint64_t)SRV_INFLIGHT_WORKER_MIN * workers;
 	} else if (pages > 0 && psize > 0) {
-		v = (uint64_t)pages * psize / SRV_INFLIGHT_RAM_SHARE;
+		/* Whole MiB: the start-up line shows it as a setting is written. */
+		v = (uint64_t)pages * psize / SRV_INFLIGHT_RAM_SHARE &
+		    ~(uint64_t)((1u << 20) - 1);
 	}
 	return (size_t)(v < min ? min : v);
 }

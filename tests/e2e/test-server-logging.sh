@@ -30,7 +30,7 @@ start_bionbd --size 64M "${m[@]}"
 nbdinfo --size "$NBD_URI" >/dev/null || die "nbdinfo"
 stop_bionbd
 expect_grep "^bionbd: export '': 67108864 bytes, 3 members, stripe 64K: $tmp/m0, $tmp/m1, $tmp/m2\$" "$SERVER_LOG"
-expect_grep "^bionbd: serving on unix socket $NBD_SOCK; [0-9]+ workers, buffers in flight up to [0-9]+[KMGTP], backend " "$SERVER_LOG"
+expect_grep "^bionbd: serving on unix socket $NBD_SOCK; [0-9]+ workers, buffers in flight up to [0-9]+[MGTP], backend " "$SERVER_LOG"
 expect_grep '^bionbd: Terminated: shutting down$' "$SERVER_LOG"
 expect_no_grep 'connection' "$SERVER_LOG"
 
