@@ -395,6 +395,23 @@ struct ioq_timer {
 	void (*fn)(struct ioq_timer *tm);
 };
 
+/*
+ * A one-shot ioq_poll on an eventfd that must not go unwatched (others
+ * post work behind it: completions, calls): when it cannot be armed again
+ * (out of memory, a full ring), @tm looks at it every IOQ_WATCH_LOOK_NS
+ * instead, while its owner still waits for posts, and tries again.  The
+ * owner sets @tm.fn (which clears @tm_on, looks, and arms again) and
+ * @what, which names it in the two notices.
+ */
+struct ioq_watch {
+	struct ioq_timer tm;
+	const char *what;
+	bool unwatched; /* the last arm failed */
+	bool tm_on;
+};
+
+#define IOQ_WATCH_LOOK_NS (10 * 1000 * 1000ull)
+
 struct ioq {
 	const struct ioq_ops *ops;
 	enum ioq_backend backend;
@@ -419,9 +436,9 @@ struct ioq {
 	 * ioq_call_post: calls posted from any thread (under @call_lock),
 	 * and the eventfd that wakes the queue's thread for them, watched
 	 * through @call_poll while calls are expected (owner thread only:
-	 * @calls_expected, @call_armed, and the rest).  -1 until the first
-	 * expect.  While it cannot be watched (@call_unwatched), @call_tm
-	 * looks at the list every IOQ_CALL_LOOK_NS instead.
+	 * @calls_expected, @call_armed, @call_watch).  -1 until the first
+	 * expect.  While it cannot be watched, @call_watch's timer looks at
+	 * the list instead.
 	 */
 	pthread_mutex_t call_lock;
 	struct ioq_call *calls;
@@ -429,13 +446,8 @@ struct ioq {
 	struct ioq_poll call_poll;
 	unsigned int calls_expected;
 	bool call_armed;
-	bool call_unwatched;
-	bool call_tm_on;
-	struct ioq_timer call_tm;
+	struct ioq_watch call_watch;
 };
-
-/* How often a queue whose call eventfd cannot be watched looks at it. */
-#define IOQ_CALL_LOOK_NS (10 * 1000 * 1000ull)
 
 /* The backend took (@n 1) or ended (@n -1) @bio: count it if a hint. */
 static inline void ioq_hints_add(struct ioq *q, const struct bio *bio, int n)
@@ -456,6 +468,15 @@ static inline struct ioq_slot *ioq_slot_find(struct ioq *q, const void *key)
 void ioq_timer_add(struct ioq *q, struct ioq_timer *tm);
 /* Take @tm back before it ran; false when it was not pending. */
 bool ioq_timer_del(struct ioq *q, struct ioq_timer *tm);
+
+/**
+ * ioq_watch_arm - ioq_poll_set(@q, @p), or when it fails, @w's timer
+ * started (if @look: posts are still to come) to look at @p's eventfd
+ * instead; one notice when it starts failing, one when it works again.
+ * Returns ioq_poll_set's result.  @q's own thread.
+ */
+int ioq_watch_arm(struct ioq *q, struct ioq_poll *p, struct ioq_watch *w,
+		  bool look);
 
 /* The wait a blocking backend may do: -1 (none) or ms, rounded up. */
 int ioq_timer_wait_ms(const struct ioq *q);

@@ -123,8 +123,8 @@ void ioq_init(struct ioq *q, const struct ioq_ops *ops,
 	memset(&q->call_poll, 0, sizeof(q->call_poll));
 	q->calls_expected = 0;
 	q->call_armed = false;
-	q->call_unwatched = false;
-	q->call_tm_on = false;
+	memset(&q->call_watch, 0, sizeof(q->call_watch));
+	q->call_watch.what = "ioq: the call eventfd";
 }
 
 void ioq_slot_add(struct ioq *q, struct ioq_slot *s)
@@ -186,41 +186,16 @@ static void ioq_call_drain(struct ioq *q)
 	}
 }
 
-static void ioq_call_timer_fn(struct ioq_timer *tm);
-
 /*
- * Watch the eventfd (one-shot) while posts are still to come.  When the
- * queue cannot (out of memory, a full ring), a call posted meanwhile would
- * sit on the list and its request never end: so the timer looks at the
- * list instead, and tries the watch again, as long as calls are expected.
+ * Watch the eventfd (one-shot) while posts are still to come: a call
+ * posted while nothing watches would sit on the list and its request
+ * never end, so when the queue cannot watch it the timer looks instead.
  */
 static void ioq_call_watch(struct ioq *q)
 {
-	int r;
-
-	if (!q->calls_expected || q->call_armed)
-		return;
-	r = ioq_poll_set(q, &q->call_poll);
-	if (likely(!r)) {
+	if (q->calls_expected && !q->call_armed &&
+	    !ioq_watch_arm(q, &q->call_poll, &q->call_watch, true))
 		q->call_armed = true;
-		if (unlikely(q->call_unwatched))
-			target_notice(TARGET_NOTICE_INFO,
-				      "ioq: the call eventfd is watched again");
-		q->call_unwatched = false;
-		return;
-	}
-	if (!q->call_unwatched)
-		target_notice(TARGET_NOTICE_ERROR,
-			      "ioq: the call eventfd cannot be watched (%s); "
-			      "looking at it every %llu ms instead",
-			      strerror(-r), IOQ_CALL_LOOK_NS / 1000000);
-	q->call_unwatched = true;
-	if (q->call_tm_on)
-		return;
-	q->call_tm_on = true;
-	q->call_tm.fn = ioq_call_timer_fn;
-	q->call_tm.deadline_ns = engine_now_ns() + IOQ_CALL_LOOK_NS;
-	ioq_timer_add(q, &q->call_tm);
 }
 
 static void ioq_call_run(struct ioq_poll *p, unsigned int revents)
@@ -235,9 +210,9 @@ static void ioq_call_run(struct ioq_poll *p, unsigned int revents)
 
 static void ioq_call_timer_fn(struct ioq_timer *tm)
 {
-	struct ioq *q = container_of(tm, struct ioq, call_tm);
+	struct ioq *q = container_of(tm, struct ioq, call_watch.tm);
 
-	q->call_tm_on = false;
+	q->call_watch.tm_on = false;
 	ioq_call_drain(q);
 	ioq_call_watch(q);
 }
@@ -251,6 +226,7 @@ int ioq_call_expect(struct ioq *q)
 		q->call_poll.fd = q->call_efd;
 		q->call_poll.events = POLLIN;
 		q->call_poll.fn = ioq_call_run;
+		q->call_watch.tm.fn = ioq_call_timer_fn;
 	}
 	q->calls_expected++;
 	q->inflight++;
@@ -274,6 +250,32 @@ void ioq_call_post(struct ioq *q, struct ioq_call *c)
 	q->calls = c;
 	(void)!write(q->call_efd, &one, sizeof(one));
 	pthread_mutex_unlock(&q->call_lock);
+}
+
+int ioq_watch_arm(struct ioq *q, struct ioq_poll *p, struct ioq_watch *w,
+		  bool look)
+{
+	int r = ioq_poll_set(q, p);
+
+	if (likely(!r)) {
+		if (unlikely(w->unwatched))
+			target_notice(TARGET_NOTICE_INFO, "%s is watched again",
+				      w->what);
+		w->unwatched = false;
+		return 0;
+	}
+	if (!w->unwatched)
+		target_notice(TARGET_NOTICE_ERROR,
+			      "%s cannot be watched (%s); looking at it every "
+			      "%llu ms instead",
+			      w->what, strerror(-r), IOQ_WATCH_LOOK_NS / 1000000);
+	w->unwatched = true;
+	if (look && !w->tm_on) {
+		w->tm_on = true;
+		w->tm.deadline_ns = engine_now_ns() + IOQ_WATCH_LOOK_NS;
+		ioq_timer_add(q, &w->tm);
+	}
+	return r;
 }
 
 void ioq_timer_add(struct ioq *q, struct ioq_timer *tm)

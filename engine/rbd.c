@@ -196,18 +196,12 @@ struct rbd_port {
 	/* The rest is the port thread's alone too. */
 	unsigned int nr_out; /* requests sent from here, not yet ended */
 	/*
-	 * The eventfd could not be watched again (ioq_poll_set failed):
-	 * librbd goes on completing what is out, so while it is, @tm looks
-	 * at the list instead; a request sent meanwhile tries the watch
-	 * again.
+	 * The eventfd could not be watched again: librbd goes on completing
+	 * what is out, so while it is, the watch's timer looks at the list
+	 * instead; a request sent meanwhile tries the watch again.
 	 */
-	bool unwatched;
-	bool tm_on;
-	struct ioq_timer tm;
+	struct ioq_watch watch;
 };
-
-/* How often an unwatched port looks for completions. */
-#define RBD_PORT_LOOK_NS (10 * 1000 * 1000ull)
 
 static const char rbd_port_key = 0;
 
@@ -746,8 +740,6 @@ static int io_flush(struct rbd_io *io)
 	return r;
 }
 
-static void port_timer_fn(struct ioq_timer *tm);
-
 /*
  * Watch the port's eventfd again.  When the queue cannot (out of memory),
  * completions still arrive on the list, and a port nobody looks at would
@@ -756,27 +748,7 @@ static void port_timer_fn(struct ioq_timer *tm);
  */
 static void port_watch(struct rbd_port *p)
 {
-	int r = ioq_poll_set(p->q, &p->poll);
-
-	if (likely(!r)) {
-		if (unlikely(p->unwatched))
-			target_notice(TARGET_NOTICE_INFO,
-				      "rbd: a completion port is watched again");
-		p->unwatched = false;
-		return;
-	}
-	if (!p->unwatched)
-		target_notice(TARGET_NOTICE_ERROR,
-			      "rbd: a completion port cannot be watched (%s); "
-			      "looking at it every %llu ms instead",
-			      strerror(-r), RBD_PORT_LOOK_NS / 1000000);
-	p->unwatched = true;
-	if (p->tm_on || !p->nr_out)
-		return;
-	p->tm_on = true;
-	p->tm.fn = port_timer_fn;
-	p->tm.deadline_ns = engine_now_ns() + RBD_PORT_LOOK_NS;
-	ioq_timer_add(p->q, &p->tm);
+	(void)ioq_watch_arm(p->q, &p->poll, &p->watch, p->nr_out != 0);
 }
 
 /* The port's thread: end what librbd finished, oldest first. */
@@ -850,9 +822,9 @@ static void port_poll_fn(struct ioq_poll *poll, unsigned int revents)
 
 static void port_timer_fn(struct ioq_timer *tm)
 {
-	struct rbd_port *p = container_of(tm, struct rbd_port, tm);
+	struct rbd_port *p = container_of(tm, struct rbd_port, watch.tm);
 
-	p->tm_on = false;
+	p->watch.tm_on = false;
 	port_drain(p);
 	port_watch(p);
 }
@@ -868,8 +840,8 @@ static void port_destroy(struct ioq_slot *s)
 	 */
 	pthread_mutex_lock(&p->lock);
 	pthread_mutex_unlock(&p->lock);
-	if (p->tm_on)
-		ioq_timer_del(p->q, &p->tm);
+	if (p->watch.tm_on)
+		ioq_timer_del(p->q, &p->watch.tm);
 	ioq_poll_del(p->q, &p->poll);
 	close(p->poll.fd);
 	pthread_mutex_destroy(&p->lock);
@@ -901,6 +873,8 @@ static struct rbd_port *port_get(struct ioq *q)
 	p->q = q;
 	p->poll.events = POLLIN;
 	p->poll.fn = port_poll_fn;
+	p->watch.tm.fn = port_timer_fn;
+	p->watch.what = "rbd: a completion port";
 	p->slot.key = &rbd_port_key;
 	p->slot.destroy = port_destroy;
 	if (ioq_poll_set(q, &p->poll)) {
@@ -1313,7 +1287,7 @@ static void rbd_send(struct rbd_target *rt, struct ioq *q, struct bio **bios,
 						 io->op == REQ_OP_DISCARD);
 	q->inflight++;
 	p->nr_out++;
-	if (unlikely(p->unwatched))
+	if (unlikely(p->watch.unwatched))
 		port_watch(p);
 	image = atomic_load_explicit(&rt->image, memory_order_acquire);
 	if (unlikely(!image) && rbd_wait_connect(rt, io))
