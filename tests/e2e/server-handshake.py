@@ -322,6 +322,16 @@ def raw_export_name(name, no_zeroes):
     return c
 
 
+def go_without_context(c, name, what):
+    """GO to @name on @c, where no meta context is selected: block status
+    is refused (EINVAL), then the connection is closed."""
+    c.go(name)
+    c.request(raw.CMD_BLOCK_STATUS, 7, 0, 4096)
+    check(c.error_of(c.full_reply(7)) == raw.EINVAL,
+          f"block status {what} worked")
+    c.close()
+
+
 try:
     for name, want_size, ro in (("golden", g_size, True),
                                 ("", size, False),
@@ -397,11 +407,8 @@ try:
           f"SET_META_CONTEXT golden: {r}")
     ctx_id = int.from_bytes(r[0][1][:4], "big")
     check(r[0][1][4:] == b"base:allocation", f"context name {r[0][1][4:]}")
-    c.go("scratch")
-    c.request(raw.CMD_BLOCK_STATUS, 7, 0, 4096)
-    check(c.error_of(c.full_reply(7)) == raw.EINVAL,
-          "block status on an export other than SET_META_CONTEXT's worked")
-    c.close()
+    go_without_context(c, "scratch",
+                       "on an export other than SET_META_CONTEXT's")
     # Selected for the export GO names: the context id comes back.
     c = raw.Raw(sock)
     c.start(structured=True)
@@ -416,6 +423,59 @@ try:
           f"block status reply {ch}")
     check(int.from_bytes(ch[0].payload[:4], "big") == ctx_id,
           "block status with another context id than SET gave")
+    c.close()
+    # Meta context queries (proto.md, "The base: metadata namespace"):
+    # "base:" lists every base: context but SET MUST ignore it; an
+    # unknown leaf in base: is ignored, not refused; LIST's context ids
+    # SHOULD be 0, SET gives a context once however often it is asked.
+    c = raw.Raw(sock)
+    c.start(structured=True)
+    for opt, queries, want in (
+            (raw.OPT_LIST_META_CONTEXT, ["base:", "base:allocation"],
+             ["base:allocation"]),
+            (raw.OPT_LIST_META_CONTEXT, ["base:no-such-leaf"], []),
+            (raw.OPT_SET_META_CONTEXT, ["base:no-such-leaf"], []),
+            (raw.OPT_SET_META_CONTEXT,
+             ["base:allocation", "base:", "base:allocation", "x-a:b"],
+             ["base:allocation"]),
+            (raw.OPT_SET_META_CONTEXT, ["base:"], [])):
+        c.send_opt(opt, c.meta_data("", queries))
+        r = c.opt_replies(opt)
+        names = [d[4:].decode() for t, d in r[:-1]]
+        check(r[-1][0] == raw.REP_ACK and
+              all(t == raw.REP_META_CONTEXT for t, _ in r[:-1]) and
+              names == want,
+              f"option {opt} {queries}: {r}, expected contexts {want}")
+        if opt == raw.OPT_LIST_META_CONTEXT:
+            check(all(d[:4] == bytes(4) for _, d in r[:-1]),
+                  f"LIST_META_CONTEXT {queries}: context id not 0: {r}")
+    # The last SET asked only for "base:": nothing is selected.
+    go_without_context(c, "", 'after SET_META_CONTEXT "base:"')
+    # INFO/GO: unknown information requests are ignored (MUST); with no
+    # request at all NBD_INFO_EXPORT still comes; GO after INFO with the
+    # same data gives the same export information.
+    c = raw.Raw(sock)
+    c.start(structured=True)
+    rtype, info = c.info_go(raw.OPT_INFO, "", (0x7777, raw.INFO_NAME))
+    check(rtype == raw.REP_ACK and raw.INFO_EXPORT in info,
+          f"INFO with an unknown request: {rtype:#x} {info}")
+    check(info.get(raw.INFO_NAME) == b"scratch",
+          f"INFO_NAME of the default export: {info.get(raw.INFO_NAME)}")
+    rtype, none = c.info_go(raw.OPT_INFO, "scratch", ())
+    check(rtype == raw.REP_ACK and raw.INFO_EXPORT in none,
+          f"INFO without requests: {rtype:#x} {none}")
+    rtype, go = c.info_go(raw.OPT_GO, "scratch", ())
+    check(rtype == raw.REP_ACK and go == none,
+          f"GO after INFO of the same: {go}, INFO gave {none}")
+    c.close()
+    # NBD_OPT_ABORT with data: the server SHOULD ignore the data.
+    c = raw.Raw(sock)
+    c.start(structured=False)
+    c.send_opt(raw.OPT_ABORT, b"unexpected")
+    rtype, data = c.opt_reply(raw.OPT_ABORT)
+    check(rtype == raw.REP_ACK and data == b"",
+          f"ABORT with data: {rtype:#x} {data}")
+    c.expect_closed("after NBD_OPT_ABORT with data")
     c.close()
 except raw.Fail as e:
     fail(str(e))

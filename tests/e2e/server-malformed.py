@@ -383,6 +383,64 @@ def read_too_big():
         disc(c, "DISC after oversized reads")
 
 
+def structured_rules():
+    """Structured replies (proto.md): a READ refused for any reason is an
+    error chunk, never a simple reply; a zero-length READ has no content
+    chunk (each describes at least a byte); only the last chunk says DONE
+    and nothing of the reply follows it; FUA is valid on every command,
+    block status included."""
+    c = Raw(sock)
+    c.start(structured=True)
+    c.send_opt(OPT_SET_META_CONTEXT, c.meta_data("", ["base:allocation"]))
+    reps = c.opt_replies(OPT_SET_META_CONTEXT)
+    check(reps[-1][0] == REP_ACK and len(reps) == 2,
+          f"SET_META_CONTEXT base:allocation: {reps}")
+    c.go("")
+
+    def reply_then_flush(cookie, what):
+        """The reply to @cookie; the FLUSH sent after it is answered next:
+        no chunk of the reply came after its DONE."""
+        r = c.full_reply(cookie)
+        c.request(CMD_FLUSH, cookie + 1000)
+        nxt = c.full_reply()
+        check(nxt[0].cookie == cookie + 1000,
+              f"{what}: a reply for cookie {nxt[0].cookie:#x} after DONE")
+        check(all(not x.done for x in r[:-1]),
+              f"{what}: DONE before the last chunk: {r}")
+        return r
+
+    for i, (flags, off, n, want) in enumerate((
+            (raw.CMD_FLAG_NO_HOLE, 0, 4 * K, EINVAL),
+            (raw.CMD_FLAG_REQ_ONE, 0, 4 * K, EINVAL),
+            (raw.CMD_FLAG_DF | (1 << 9), 0, 4 * K, EINVAL),
+            (0, size, 4 * K, EINVAL),
+            (raw.CMD_FLAG_DF, size - 4 * K, 8 * K, EINVAL))):
+        what = f"READ {off}+{n} flags {flags:#x}"
+        c.request(CMD_READ, 10 + i, off, n, flags)
+        r = reply_then_flush(10 + i, what)
+        check(len(r) == 1 and not r[0].simple and
+              r[0].type == raw.REPLY_TYPE_ERROR and r[0].done,
+              f"{what}: not one final error chunk: {r}")
+        check(r[0].error == want, f"{what}: error {r[0].error}")
+    for i, off in enumerate((0, 4 * K + 1, size)):
+        for flags in (0, raw.CMD_FLAG_DF):
+            what = f"zero-length READ at {off} flags {flags:#x}"
+            c.request(CMD_READ, 20 + i, off, 0, flags)
+            r = reply_then_flush(20 + i, what)
+            check(all(not x.simple and x.type in (raw.REPLY_TYPE_NONE,
+                                                  raw.REPLY_TYPE_ERROR)
+                      for x in r),
+                  f"{what}: a content chunk for no bytes: {r}")
+    for i, flags in enumerate((raw.CMD_FLAG_FUA,
+                               raw.CMD_FLAG_FUA | raw.CMD_FLAG_REQ_ONE)):
+        what = f"BLOCK_STATUS flags {flags:#x}"
+        c.request(CMD_BLOCK_STATUS, 30 + i, 0, 64 * K, flags)
+        r = reply_then_flush(30 + i, what)
+        check(len(r) == 1 and r[0].type == raw.REPLY_TYPE_BLOCK_STATUS,
+              f"{what}: {r}")
+    disc(c, "DISC after the structured reply checks")
+
+
 def collect(c, expect, out, errors):
     """Reader thread: expect whole replies into out[cookie]."""
     try:
@@ -566,6 +624,7 @@ raw.run_cases([
     ("write past the end with payload", write_past_end),
     ("WRITE over 32 MiB", write_too_big),
     ("READ over 32 MiB", read_too_big),
+    ("structured reply rules", structured_rules),
     ("1000 pipelined reads", pipelined_reads),
     ("1000 pipelined writes and reads, 5 x 32 MiB", pipelined_mixed),
     ("NBD_CMD_DISC with requests in flight", disc_inflight),

@@ -8,7 +8,10 @@
 # status across member boundaries after writes and trims (against what was
 # written and against the members' SEEK_DATA map through the stripe rule),
 # REQ_ONE, simple replies only, plain (not fixed) newstyle clients served,
-# and NBD_OPT_EXPORT_NAME (raw socket, with and without NO_ZEROES).  The
+# NBD_OPT_EXPORT_NAME (raw socket, with and without NO_ZEROES), and the
+# spec's query rules by hand ("base:" lists but never selects, unknown
+# leaves are ignored, LIST's ids are 0), unknown NBD_INFO requests
+# ignored, GO after INFO answering the same, ABORT with data.  The
 # Python side is server-handshake.py; nbdinfo and qemu-img look at the
 # export list and the read-only export.  Both backends.
 source "$(dirname "$0")/functions.sh"

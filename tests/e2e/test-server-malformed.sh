@@ -10,7 +10,9 @@
 # before the ACK), requests in the GO packet, bad request magic (closed),
 # unknown commands (EINVAL), writes past the end with payload (ENOSPC or
 # EINVAL, payload skipped, connection stays) and unaligned (served), WRITE over 32 MiB
-# (closed), READ over 32 MiB (EINVAL, DF EOVERFLOW), 1000 pipelined reads,
+# (closed), READ over 32 MiB (EINVAL, DF EOVERFLOW), structured reply rules
+# (refused READs are error chunks, zero-length READs carry no content
+# chunk, DONE only on the last chunk, FUA on block status), 1000 pipelined reads,
 # 1000 pipelined writes/reads and five 32 MiB writes in one send (over
 # the in-flight limits), NBD_CMD_DISC with 98 requests in flight (all
 # answered, then closed, nothing after DISC acted on), and a client
