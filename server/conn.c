@@ -173,6 +173,60 @@ static void conn_drain(struct conn *c)
 }
 
 /*
+ * The server stops: as conn_drain, but what was read and not started is
+ * answered with NBD_ESHUTDOWN, not dropped: the request waiting for
+ * buffer room, a write whose payload is partly here, and the requests
+ * stashed in pend behind a pause or a spent turn.  proto.md: a server
+ * shutting down SHOULD serve the requests in flight, and the errors it
+ * gives instead SHOULD be NBD_ESHUTDOWN; the client, which sent them,
+ * would otherwise see the connection close with no answer to them.
+ * Whatever is still in the socket was never read and is not answered.
+ */
+static void conn_stop(struct conn *c)
+{
+	const uint8_t *p = c->pend;
+	size_t n = c->pend_len, skip = 0;
+	struct nbd_req *r;
+	uint32_t payload;
+
+	if (c->dead) {
+		conn_drain(c);
+		return;
+	}
+	c->draining = true;
+	c->paused = true;
+	ev_io_stop(c->w->loop, &c->rio);
+	if ((r = c->held)) {
+		inflight_cancel(worker_lane(c->w, c->bwait.need_bytes),
+				&c->bwait);
+		c->held = NULL;
+		/* Held before its payload was taken: pend starts with it. */
+		skip = r->type == NBD_CMD_WRITE ? r->len : 0;
+		req_answer(r, NBD_ESHUTDOWN);
+	}
+	if ((r = c->rx)) {
+		c->rx = NULL;
+		skip = r->len - r->have;
+		req_answer(r, NBD_ESHUTDOWN);
+	}
+	/* Stops at DISC, lost framing, or a payload cut short. */
+	while (p && n >= skip && n - skip >= NBD_REQUEST_BYTES) {
+		p += skip;
+		n -= skip;
+		if (req_answer_hdr(c, p, NBD_ESHUTDOWN, &payload))
+			break;
+		p += NBD_REQUEST_BYTES;
+		n -= NBD_REQUEST_BYTES;
+		skip = payload;
+	}
+	free(c->pend);
+	c->pend = NULL;
+	c->pend_len = 0;
+	c->hdr_have = 0;
+	conn_maybe_close(c);
+}
+
+/*
  * We end the session on a socket that still works (a protocol violation,
  * an NBD_OPT_EXPORT_NAME we cannot serve, NBD_OPT_ABORT): as after
  * NBD_CMD_DISC, the requests taken are answered and TLS is shut down
@@ -1211,9 +1265,9 @@ void conn_stop_all(struct worker *w)
 
 	for (c = w->conns; c; c = next) {
 		next = c->next;
-		/* Stop taking requests; answer those already taken. */
+		/* Stop taking requests; answer every one already read. */
 		if (c->state == CS_TRANSMISSION) {
-			conn_drain(c);
+			conn_stop(c);
 		} else if (!c->dead) {
 			/*
 			 * Still negotiating: its options are now refused

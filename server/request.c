@@ -114,11 +114,10 @@ static bool req_sendfile_ok(const struct conn *c, uint32_t len)
 
 /* ---- parsing ---- */
 
-int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
+/* @h as a request of @c (not yet checked), or REQ_DISC, or -errno. */
+static int req_new(struct conn *c, const uint8_t *h, struct nbd_req **out)
 {
 	struct nbd_req *r;
-	bool need = false; /* a payload buffer */
-	size_t n;
 
 	if (get32(h + REQ_MAGIC) != NBD_REQUEST_MAGIC)
 		return -EPROTO; /* lost framing: nothing else is safe */
@@ -141,6 +140,19 @@ int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
 					     .flags = r->flags };
 		nbdl_trace_queued(c->exp, &r->tr);
 	}
+	*out = r;
+	return 0;
+}
+
+int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
+{
+	struct nbd_req *r;
+	bool need = false; /* a payload buffer */
+	size_t n;
+	int rc = req_new(c, h, &r);
+
+	if (rc)
+		return rc;
 	r->err = nbdl_req_check(c->exp, &c->opts, r->type, r->flags, r->offset,
 				r->len, &r->why);
 	if ((r->type != NBD_CMD_READ && r->type != NBD_CMD_WRITE) ||
@@ -168,6 +180,29 @@ int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
 	if (!inflight_admit(worker_lane(c->w, n), n))
 		return REQ_WAIT;
 	return req_take_buf(r);
+}
+
+void req_answer(struct nbd_req *r, uint32_t err)
+{
+	/* One refused already keeps its reason: its answer needs no payload. */
+	if (!r->err) {
+		r->err = err;
+		r->why = NULL;
+	}
+	reply_queue(r);
+}
+
+int req_answer_hdr(struct conn *c, const uint8_t *h, uint32_t err,
+		   uint32_t *payload)
+{
+	struct nbd_req *r;
+	int rc = req_new(c, h, &r);
+
+	if (rc)
+		return rc;
+	*payload = r->type == NBD_CMD_WRITE ? r->len : 0;
+	req_answer(r, err);
+	return 0;
 }
 
 /* ---- carrying out ---- */

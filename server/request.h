@@ -90,6 +90,21 @@ int req_begin(struct conn *c, const uint8_t *hdr, struct nbd_req **out);
  */
 int req_take_buf(struct nbd_req *r);
 
+/**
+ * req_answer - answer @r, read but never to be started (the server stops),
+ * with NBD error @err, unless it was refused already.
+ */
+void req_answer(struct nbd_req *r, uint32_t err);
+
+/**
+ * req_answer_hdr - req_answer() for the request whose header @hdr was read
+ * on @c but not parsed yet; @payload: the bytes of payload that follow the
+ * header (a write's).  Returns 0, REQ_DISC, or -errno (not a request, or
+ * no memory).
+ */
+int req_answer_hdr(struct conn *c, const uint8_t *hdr, uint32_t err,
+		   uint32_t *payload);
+
 /** req_run - the whole request is here: answer it or start its I/O. */
 void req_run(struct nbd_req *r);
 

@@ -13,10 +13,13 @@ python3; libnbd for the load, raw sockets for the rude clients).
                       reading replies; another client is served meanwhile
   idle N              N connections through the handshake, left idle:
                       prints the server's RSS growth in KiB
+  unstarted           SIGTERMs the server while it holds requests read
+                      but not started: every one is answered
 
 Environment: NBD_URI, NBD_SOCK, SERVER_PID, MEMBERS, CHUNK, LOAD_BYTES.
 """
 import os
+import signal
 import socket
 import struct
 import sys
@@ -257,6 +260,70 @@ def hold(signalled):
     log("hold: the server closed every connection")
 
 
+def unstarted():
+    """SIGTERM while the server holds requests it has read but not
+    started.  A delay rule holds every read for seconds, so: on A
+    (structured) and B (simple replies) 256 reads start (the
+    per-connection limit) and the rest wait, read, behind them, on A
+    with writes and a write whose payload is half sent; on C, 32 MiB
+    reads fill the worker's --inflight-memory share and the next waits
+    for buffer room.  Each connection's requests go in one send, small
+    enough to reach the server at once.  Then SIGTERM: the started reads
+    are answered with their data, every other request the server read
+    gets NBD_ESHUTDOWN (proto.md: a server shutting down SHOULD serve
+    what is in flight, and errors it gives for it SHOULD be ESHUTDOWN),
+    and none is left unanswered."""
+    sock = os.environ["NBD_SOCK"]
+    pid = int(os.environ["SERVER_PID"])
+    conns = {}
+    try:
+        for name, structured, reads, rlen, writes in (
+                ("A", True, 300, BLOCK, 3), ("B", False, 300, BLOCK, 0),
+                ("C", True, 5, 32 * M, 0)):
+            c = raw.connect_go(sock, structured=structured, timeout=30)
+            blob = b""
+            for j in range(reads):
+                blob += c.req_bytes(raw.CMD_READ, j, j * rlen % (32 * M),
+                                    rlen)
+                c.note_read(j, rlen)
+            for j in range(reads, reads + writes):
+                blob += c.req_bytes(raw.CMD_WRITE, j, 40 * M + j * 512, 512,
+                                    payload=b"w" * 512)
+            if writes:  # a last write, its payload cut short
+                blob += c.req_bytes(raw.CMD_WRITE, reads + writes, 48 * M,
+                                    BLOCK, payload=b"h" * 256)
+            c.send(blob)
+            conns[name] = (c, reads, reads + writes + (1 if writes else 0))
+        time.sleep(1)  # read by the server, the reads held by the delay
+        os.kill(pid, signal.SIGTERM)
+        for name, (c, reads, total) in conns.items():
+            got = {}
+            try:
+                while True:
+                    r = c.full_reply()
+                    check(r[0].cookie not in got,
+                          f"{name}: cookie {r[0].cookie} answered twice")
+                    got[r[0].cookie] = c.error_of(r)
+            except raw.Closed:
+                pass
+            check(sorted(got) == list(range(total)),
+                  f"{name}: {total} requests sent, answered "
+                  f"{len(got)}: {sorted(set(range(total)) - set(got))[:8]} "
+                  f"... left without a reply")
+            ok = [k for k in range(total) if got[k] == 0]
+            check(ok == list(range(len(ok))) and 0 < len(ok) < reads,
+                  f"{name}: requests served {ok[:8]}...: not the first "
+                  f"few reads")
+            check(all(got[k] == raw.ESHUTDOWN for k in range(len(ok), total)),
+                  f"{name}: errors {sorted(set(got.values()))}, expected "
+                  f"only NBD_ESHUTDOWN ({raw.ESHUTDOWN})")
+            log(f"unstarted: {name}: {len(ok)} served, "
+                f"{total - len(ok)} got NBD_ESHUTDOWN")
+            c.close()
+    except raw.Fail as e:
+        fail(str(e))
+
+
 cmd = sys.argv[1]
 if cmd == "load":
     load(sys.argv[2])
@@ -266,6 +333,8 @@ elif cmd == "disconnects":
     disconnects()
 elif cmd == "hold":
     hold(sys.argv[2])
+elif cmd == "unstarted":
+    unstarted()
 elif cmd == "idle":
     idle(int(sys.argv[2]))
 else:

@@ -8,7 +8,9 @@
 # over, another client served meanwhile.  500 idle connections: the
 # server's RSS growth is printed and must stay under 64 MiB.  SIGINT also
 # exits 0, and a client still negotiating then gets NBD_REP_ERR_SHUTDOWN
-# for its options and an ACK for its ABORT.  Daemon mode (no -f): returns once serving, pidfile written,
+# for its options and an ACK for its ABORT.  SIGTERM while requests the
+# server read wait to start (behind the per-connection limit, or for
+# buffer room): they get NBD_ESHUTDOWN, the started ones their data.  Daemon mode (no -f): returns once serving, pidfile written,
 # SIGTERM removes socket and pidfile.  --help and --version; a mistyped
 # option or a missing argument: getopt's line and "Try 'bionbd --help'.",
 # exit 1.  Config errors (missing member, stripe size not a power of two,
@@ -99,6 +101,18 @@ for be in $BACKENDS; do
     # Acknowledged data from the load is still there after the restart.
     lifecycle verify "$acklog" || die "$be: data lost across the restart"
     stop_bionbd
+
+    # ---- SIGTERM while requests the server read wait to start (behind
+    # the per-connection limit, or for buffer room): those started are
+    # answered, the others get NBD_ESHUTDOWN, none is dropped unanswered.
+    log "$be: SIGTERM with requests read but not started"
+    start_bionbd -t 1 --backend "$be" --inflight-memory 64M \
+        --delay 'member=* op=read ms=4000' "${members[@]}"
+    lifecycle unstarted || die "$be: requests read but not started at SIGTERM"
+    wait_exit "$SERVER_PID" 15
+    SERVER_PID=
+    check_sanitizer_log "$SERVER_LOG"
+    [[ $exit_rc -eq 0 ]] || die "$be: SIGTERM with requests waiting: exit status $exit_rc"
 
     # ---- SIGINT with clients in every state: it closes them at once (not
     # after the 10 s grace for clients that stop reading) and exits 0; a
