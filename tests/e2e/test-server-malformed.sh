@@ -4,8 +4,9 @@
 # hand over its unix socket (server-malformed.py, standard library only):
 # unknown client flags (closed), plain newstyle clients (EXPORT_NAME
 # served, other options closed), truncated handshakes and requests,
-# absurd option lengths, unknown options (NBD_REP_ERR_UNSUP, handshake
-# goes on), malformed INFO/GO/LIST/SET_META_CONTEXT (NBD_REP_ERR_INVALID),
+# absurd option lengths, unknown options (EXTENDED_HEADERS among them:
+# NBD_REP_ERR_UNSUP, handshake goes on), malformed
+# INFO/GO/LIST/SET_META_CONTEXT (NBD_REP_ERR_INVALID),
 # too many options, NBD_OPT_ABORT (ACK, close; also with the client gone
 # before the ACK), requests in the GO packet, bad request magic (closed),
 # unknown commands (EINVAL), writes past the end with payload (ENOSPC or
