@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <bionbd/path.h>
@@ -77,4 +78,32 @@ int member_absolute(const char *member, const char *dir, char **out)
 				 rbd_member_absolute(member, dir, out);
 	free(cwd);
 	return r;
+}
+
+/* @path's directory, with its slash, into @buf; false when too long. */
+static bool path_dir(const char *path, const char *slash, char *buf,
+		     size_t len)
+{
+	size_t n = (size_t)(slash - path) + 1;
+
+	if (n >= len)
+		return false;
+	memcpy(buf, path, n);
+	buf[n] = '\0';
+	return true;
+}
+
+bool path_same_name(const char *a, const char *b)
+{
+	const char *sa = strrchr(a, '/'), *sb = strrchr(b, '/');
+	char da[4096], db[4096];
+	struct stat ta, tb;
+
+	if (!strcmp(a, b))
+		return true;
+	if (!sa || !sb || strcmp(sa, sb) || !path_dir(a, sa, da, sizeof(da)) ||
+	    !path_dir(b, sb, db, sizeof(db)))
+		return false;
+	return !stat(da, &ta) && !stat(db, &tb) && ta.st_dev == tb.st_dev &&
+	       ta.st_ino == tb.st_ino;
 }

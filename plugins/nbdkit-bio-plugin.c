@@ -46,6 +46,7 @@
 #include <bionbd/config.h>
 #include <bionbd/ioq.h>
 #include <bionbd/nbdl.h>
+#include <bionbd/path.h>
 #include <bionbd/size.h>
 #include <bionbd/target.h>
 #include <bionbd/trace.h>
@@ -690,6 +691,13 @@ static int get_ready(void)
 	} else if (conf) {
 		defs = conf->exports;
 		n = conf->nr_exports;
+	}
+	/* The statistics renamed over the trace at unload would replace it. */
+	if (stats_path && trace_path && path_same_name(stats_path, trace_path)) {
+		nbdkit_error("stats=%s: the same file as trace=%s; give each a "
+			     "path of its own",
+			     stats_path, trace_path);
+		return -1;
 	}
 	/* Before trace_open truncates it. */
 	if (conf_exports_path_check(defs, n, trace_path, "trace=", msg,

@@ -994,6 +994,54 @@ static void check_pidfile(const struct srv_options *o, const char *path)
 	free(copy);
 }
 
+/*
+ * The files bionbd makes destroy each other at one path, and nothing
+ * would say so: the pidfile, renamed over the unix socket or the control
+ * socket, leaves no client a way in while the start-up line says it
+ * serves there; the pidfile or a socket, removed at exit, takes the
+ * statistics or the trace with it; and the statistics, renamed over the
+ * trace or the keys file, replace them.  Refused before any member is
+ * touched, naming both as the user gave them.
+ */
+static void check_path_clashes(const struct srv_options *o,
+			       const char *pidfile)
+{
+	static const char *const keys[] = { "socket", "control", "stats",
+					    "trace", "tls-psk" };
+	enum { N = 2 + sizeof(keys) / sizeof(keys[0]) };
+	const char *paths[N] = { pidfile, NULL, o->socket, o->control,
+				 o->stats_file, o->trace_file, o->tls_psk };
+	char *ctl = NULL, first[1100], second[1100];
+
+	/* The control socket a pidfile brings when --control is not given. */
+	if (pidfile && !o->control) {
+		if (asprintf(&ctl, "%s.ctl", pidfile) < 0)
+			die("out of memory");
+		paths[1] = ctl;
+	}
+	/* j from 2: a pidfile and its .ctl never share a name. */
+	for (unsigned int i = 0; i < N; i++)
+		for (unsigned int j = i < 2 ? 2 : i + 1; j < N; j++) {
+			if (!paths[i] || !paths[j] ||
+			    !path_same_name(paths[i], paths[j]))
+				continue;
+			if (i == 0)
+				snprintf(first, sizeof(first), "-P %s", pidfile);
+			else if (i == 1)
+				snprintf(first, sizeof(first),
+					 "-P %s: its control socket %s",
+					 pidfile, ctl);
+			else
+				origin_name(keys[i - 2], false, first,
+					    sizeof(first));
+			origin_name(keys[j - 2], true, second, sizeof(second));
+			die("%s: the same file as %s; give each a path of its "
+			    "own",
+			    first, second);
+		}
+	free(ctl);
+}
+
 /* Another server on our socket: say so before any member is touched. */
 static void check_socket(const struct srv_options *o)
 {
@@ -1397,6 +1445,7 @@ int main(int argc, char **argv)
 		listen_plan(&o, &cl, activated);
 		run_as_resolve(&o, &run_as);
 		tls_setup(&o);
+		check_path_clashes(&o, cl.pidfile);
 		check_socket(&o);
 		check_pidfile(&o, cl.pidfile);
 		own_files[0] = cl.pidfile;
@@ -1413,6 +1462,7 @@ int main(int argc, char **argv)
 		listen_plan(&o, &cl, activated);
 		run_as_resolve(&o, &run_as);
 		tls_setup(&o);
+		check_path_clashes(&o, cl.pidfile);
 		check_socket(&o);
 		check_pidfile(&o, cl.pidfile);
 		own_files[0] = cl.pidfile;

@@ -16,7 +16,7 @@
 # exit 1.  Config errors (missing member, stripe size not a power of two,
 # unknown key, duplicate member, key or export, text after a section
 # header, bad size, --stats-interval without --stats, -P in a missing
-# directory, ...): exit 1 with one line naming the option or key and the
+# directory, two of its own files at one path, ...): exit 1 with one line naming the option or key and the
 # value (a [server] key by its file and line, also a user, path or address
 # found wrong only when it is used), and nothing created, no socket left
 # either.  Both backends where it matters.
@@ -296,6 +296,44 @@ mkdir -p "$long"
 refuse "-P $long/x\.pid: the control socket beside it \(--control puts it elsewhere\): .*x\.pid\.ctl: path too long" \
     -P "$long/x.pid" "$c/a.img"
 rmdir "$long"
+# Two of bionbd's own files at one path would destroy each other, said
+# by nothing: the pidfile renamed over the socket (the start-up line
+# names a socket no client can reach), the pidfile or a socket removed
+# at exit with the statistics or the trace in it, the statistics renamed
+# over the trace or the keys.  Refused, naming both as they were given.
+refuse "-P $c/sock: the same file as -U $c/sock; give each a path of its own$" \
+    -P "$c/sock" "$c/a.img"
+refuse "-P $c/pid: the same file as --stats $c/pid; give each" \
+    --stats "$c/pid" "$c/a.img"
+refuse "-P $c/pid: the same file as --trace $c/pid; give each" \
+    --trace "$c/pid" "$c/a.img"
+refuse "--control $c/x: the same file as --stats $c/x; give each" \
+    --control "$c/x" --stats "$c/x" "$c/a.img"
+# However spelt: the directory is compared, not the text.
+mkdir "$c/sub"
+refuse "--stats $c/sub/\.\./t: the same file as --trace $c/t; give each" \
+    --trace "$c/t" --stats "$c/sub/../t" "$c/a.img"
+rmdir "$c/sub"
+# The control socket a pidfile brings (PIDFILE.ctl) too.
+refuse "-P $c/pid: its control socket $c/pid\.ctl: the same file as -U $c/pid\.ctl; give each" \
+    -U "$c/pid.ctl" "$c/a.img"
+echo "alice:00112233445566778899aabbccddeeff" >"$c/keys.psk"
+refuse "--stats $c/keys\.psk: the same file as --tls-psk $c/keys\.psk; give each" \
+    --tls-psk "$c/keys.psk" --stats "$c/keys.psk" "$c/a.img"
+rm "$c/keys.psk"
+conf clash <<'EOF'
+[server]
+    stats = clash.out
+    trace = clash.out
+[export one]
+    file = a.img
+EOF
+refuse '[^ ]*clash\.conf:2: \[server\] stats=clash\.out: the same file as trace=clash\.out \([^ ]*clash\.conf:3\); give each' \
+    -c "$c/clash.conf"
+# A flag is named as the flag, over the key it wins over.
+refuse "--stats $c/clash\\.out: the same file as trace=clash\.out \([^ ]*clash\.conf:3\); give each" \
+    --stats "$c/clash.out" -c "$c/clash.conf"
+rm "$c/clash.conf"
 conf poll <<'EOF'
 [server]
     poll-us = soon

@@ -19,7 +19,7 @@
 # is locked the same way while a writer serves it (a server with
 # --no-lock / lock=false, and bionbd -r, may start beside it).  A FIFO
 # given as a member is refused at once, not waited on; a trace or statistics file that is a
-# member is refused before it is written.
+# member is refused before it is written, and so are the two at one path.
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -195,4 +195,10 @@ expect_grep "trace[ =](.*/)?a: that is member (.*/)?a of the volume" "$SERVER_ER
 server_refuses_once --stats "$tmp/a" b c d a
 expect_grep "stats[ =](.*/)?a: that is member (.*/)?a of the volume" "$SERVER_ERR"
 cmp a a.before || die "member a changed by a refused start"
+
+log "statistics and a trace at one path: refused (the statistics would replace the trace)"
+mkdir -p sub
+server_refuses_once --trace "$tmp/st" --stats "$tmp/sub/../st" b c d a
+expect_grep "stats[ =](.*/)?sub/\.\./st: the same file as (--)?trace[ =](.*/)?st; give each a path of its own" "$SERVER_ERR"
+[[ ! -e st ]] || die "a refused start made the trace"
 log "ok"

@@ -14,6 +14,8 @@
 #ifndef BIONBD_PATH_H
 #define BIONBD_PATH_H
 
+#include <stdbool.h>
+
 /**
  * path_absolute - @path, joined to @dir when it is relative
  * @dir: an absolute directory; NULL: the current one
@@ -35,5 +37,15 @@ int path_absolute(const char *path, const char *dir, char **out);
  * kept as written.  Returns 0 or -errno.
  */
 int member_absolute(const char *member, const char *dir, char **out);
+
+/**
+ * path_same_name - whether the absolute paths @a and @b name one entry of
+ * one directory, however spelt ("d/../d/x", a linked directory)
+ *
+ * The last component is compared, not followed: a file that is renamed
+ * into place replaces a link there rather than writing through it.  For
+ * two files a server writes, which would destroy each other at one name.
+ */
+bool path_same_name(const char *a, const char *b);
 
 #endif /* BIONBD_PATH_H */
