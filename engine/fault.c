@@ -259,7 +259,6 @@ static int parse_ms(char *s, struct fault_rule *r)
 		return -EINVAL;
 	}
 	*dash = '-';
-	r->dist = DIST_UNIFORM;
 	return 0;
 }
 
@@ -445,6 +444,13 @@ static int rule_parse(struct fault_rule *r, enum fault_kind kind,
 				    r->torn_sectors);
 	}
 	if (kind == FAULT_DELAY) {
+		/*
+		 * A range means uniform unless dist= says otherwise, whichever
+		 * word comes first: set by ms= itself, a dist= before it was
+		 * overwritten, and "dist=exp ms=2-8" served a uniform delay.
+		 */
+		if (!has_dist && r->ms_lo != r->ms_hi)
+			r->dist = DIST_UNIFORM;
 		if (r->stall && !r->file)
 			return verr(errbuf, errlen, -EINVAL,
 				    "stall: holds bios while a file exists; add file=PATH");

@@ -133,6 +133,7 @@ static void case_parse(void)
 		"ms=2-8",
 		"ms=3 dist=exp",
 		"ms=2-8 dist=uniform seed=1",
+		"dist=uniform ms=2-8",
 		"op=write stall file=/tmp/stall",
 	};
 	char err[256];
@@ -169,6 +170,10 @@ static void case_parse(void)
 	expect_refused(FAULT_DELAY, "ms=9999999999", 0, "an hour");
 	expect_refused(FAULT_DELAY, "ms=5 dist=uniform", 0, "needs a range");
 	expect_refused(FAULT_DELAY, "ms=2-8 dist=exp", 0, "a range is uniform");
+	/* Words in any order: dist= before ms= is checked the same. */
+	expect_refused(FAULT_DELAY, "dist=exp ms=2-8", 0, "a range is uniform");
+	expect_refused(FAULT_DELAY, "dist=fixed ms=2-8", 0, "a range is uniform");
+	expect_refused(FAULT_DELAY, "dist=uniform ms=5", 0, "needs a range");
 	expect_refused(FAULT_DELAY, "error=EIO ms=1", 0, "unknown key");
 }
 
