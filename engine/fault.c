@@ -389,6 +389,30 @@ static int parse_word(struct fault_rule *r, char *word, unsigned int nr_members,
 		    orig);
 }
 
+/*
+ * A key said twice: the second would silently replace the first, and
+ * "op=read op=write" would fail writes only.  Marks @word's key in @seen.
+ */
+static bool key_repeated(const char *word, uint32_t *seen)
+{
+	static const char *const keys[] = {
+		"member", "op",	   "range", "member-range", "rate",
+		"after",  "count", "file",  "seed",	    "error",
+		"torn",	  "ms",	   "dist",  "stall",
+	};
+	size_t n = strcspn(word, "=");
+
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+		if (strlen(keys[i]) != n || strncmp(keys[i], word, n))
+			continue;
+		if (*seen & (1u << i))
+			return true;
+		*seen |= 1u << i;
+		return false;
+	}
+	return false;
+}
+
 static void rule_release(struct fault_rule *r)
 {
 	free(r->text);
@@ -403,6 +427,7 @@ static int rule_parse(struct fault_rule *r, enum fault_kind kind,
 	bool has_ms = false, has_dist = false;
 	char *copy = strdup(text), *save = NULL, *word;
 	unsigned int words = 0;
+	uint32_t seen = 0;
 	int err = 0;
 
 	if (!copy)
@@ -414,8 +439,17 @@ static int rule_parse(struct fault_rule *r, enum fault_kind kind,
 	r->error = -EIO;
 	for (word = strtok_r(copy, " \t", &save); word && !err;
 	     word = strtok_r(NULL, " \t", &save)) {
-		char *orig = strdup(word);
+		char *orig;
 
+		if (key_repeated(word, &seen)) {
+			err = verr(errbuf, errlen, -EINVAL,
+				   "%.*s: given twice in one rule (say each key "
+				   "once; member= and op= take lists: "
+				   "op=read,write)",
+				   (int)strcspn(word, "="), word);
+			break;
+		}
+		orig = strdup(word);
 		if (!orig) {
 			err = -ENOMEM;
 			break;

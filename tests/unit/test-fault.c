@@ -175,6 +175,11 @@ static void case_parse(void)
 	expect_refused(FAULT_DELAY, "dist=fixed ms=2-8", 0, "a range is uniform");
 	expect_refused(FAULT_DELAY, "dist=uniform ms=5", 0, "needs a range");
 	expect_refused(FAULT_DELAY, "error=EIO ms=1", 0, "unknown key");
+	/* The second would replace the first: writes only, not reads too. */
+	expect_refused(FAULT_ERROR, "op=read op=write", 0, "op: given twice");
+	expect_refused(FAULT_ERROR, "member=0 rate=1% member=1", 4,
+		       "member: given twice");
+	expect_refused(FAULT_DELAY, "ms=1 stall ms=2", 0, "ms: given twice");
 }
 
 /* ------------------------------------------------------------- ranges */
