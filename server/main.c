@@ -1295,6 +1295,7 @@ static void tls_setup(const struct srv_options *o)
 static bool lookup_id(const char *s, bool group, unsigned int *id,
 		      unsigned int *primary_gid)
 {
+	struct passwd *pw;
 	char *end;
 	unsigned long v;
 
@@ -1306,8 +1307,7 @@ static bool lookup_id(const char *s, bool group, unsigned int *id,
 			return true;
 		}
 	} else {
-		struct passwd *pw = getpwnam(s);
-
+		pw = getpwnam(s);
 		if (pw) {
 			*id = pw->pw_uid;
 			*primary_gid = pw->pw_gid;
@@ -1319,7 +1319,16 @@ static bool lookup_id(const char *s, bool group, unsigned int *id,
 	if (errno || end == s || *end || v >= (unsigned int)-1)
 		return false;
 	*id = (unsigned int)v;
-	*primary_gid = (unsigned int)v;
+	if (group)
+		return true;
+	/*
+	 * A number the user database knows is that user, with its primary
+	 * group (not the group that happens to have the same number: -u 102
+	 * ran as nbd with group messagebus).  One it does not know has no
+	 * group of its own: the same number, unless -g names one.
+	 */
+	pw = getpwuid((uid_t)v);
+	*primary_gid = pw ? (unsigned int)pw->pw_gid : (unsigned int)v;
 	return true;
 }
 
@@ -1348,6 +1357,25 @@ static void run_as_resolve(const struct srv_options *o, struct run_as *ra)
 }
 
 /*
+ * -u's name in the user database, into @buf (initgroups reads the group
+ * file by name): as given, or the name of the number given; false for
+ * -g alone or a number the database does not know.
+ */
+static bool user_name(const struct run_as *ra, char *buf, size_t len)
+{
+	struct passwd *pw;
+
+	if (!ra->user)
+		return false;
+	pw = getpwnam(ra->user);
+	if (!pw)
+		pw = getpwuid(ra->uid);
+	if (!pw || snprintf(buf, len, "%s", pw->pw_name) >= (int)len)
+		return false;
+	return true;
+}
+
+/*
  * After the listeners, members and credentials are open (their
  * descriptors stay usable), root goes for good.  What we made that is
  * removed at exit is handed over first, so that it can be where the
@@ -1357,6 +1385,7 @@ static void drop_privileges(const struct run_as *ra, const char *socket,
 			    const char *pidfile, const char *stats)
 {
 	uid_t owner = ra->user ? ra->uid : (uid_t)-1;
+	char name[256];
 	int r;
 
 	if (!ra->set)
@@ -1371,9 +1400,12 @@ static void drop_privileges(const struct run_as *ra, const char *socket,
 	    chown(srv_stats_control_path(), owner, ra->gid))
 		die("-u/-g: chown %s: %s", srv_stats_control_path(),
 		    strerror(errno));
-	/* USER's supplementary groups; none of root's either way. */
-	if (ra->user && getpwnam(ra->user) ? initgroups(ra->user, ra->gid) :
-					     setgroups(1, &ra->gid))
+	/*
+	 * USER's supplementary groups, also when USER was given as a number;
+	 * none of root's either way.
+	 */
+	if (user_name(ra, name, sizeof(name)) ? initgroups(name, ra->gid) :
+						setgroups(1, &ra->gid))
 		die("-u/-g: setgroups: %s", strerror(errno));
 	if (setgid(ra->gid))
 		die("-g: setgid %u: %s", ra->gid, strerror(errno));

@@ -5,7 +5,9 @@
 # from /proc), while the members root created and opened stay usable:
 # nbdcopy writes 16 MiB of random data and reads it back the same, and
 # SIGTERM still exits 0 and removes its socket and pidfile.  -u alone
-# takes the user's group.  --run's command runs as the user and the
+# takes the user's group, also given as a number (a user whose primary
+# group is not its uid's number: that group and its supplementary groups,
+# as by name).  --run's command runs as the user and the
 # private socket directory is still removed.  An unknown user or group,
 # -u when not started as root, and --stats in a directory the user cannot
 # write are one line and exit 1 (and leave no socket or pidfile).
@@ -69,6 +71,25 @@ out=$(timeout 60 "$BIONBD" -u nobody --run 'id -u; nbdinfo --size "$uri"' \
 check_sanitizer_log "$tmp/run.log"
 [[ $out == $'65534\n33554432' ]] || die "--run -u nobody said: $out"
 [[ $(private_dirs) == "$before" ]] || die "--run -u left $(private_dirs) behind"
+
+log "-u NUMBER: the user of that number, with its own groups"
+# A user whose primary group is not the group of its uid's number (the
+# base system has some: sync, games, man): -u NUMBER once took that
+# group, and none of the user's supplementary groups.
+user=$(getent passwd | awk -F: '$3 != 0 && $3 != $4 { print $1; exit }')
+if [[ -n $user ]]; then
+    uid=$(id -u "$user")
+    want=$(id -u "$user"; id -g "$user"; id -G "$user")
+    for who in "$user" "$uid"; do
+        out=$(timeout 60 "$BIONBD" -u "$who" --run 'id -u; id -g; id -G' \
+            "${m[@]}" 2>"$tmp/run.log") || die "-u $who: $(cat "$tmp/run.log")"
+        check_sanitizer_log "$tmp/run.log"
+        [[ $out == "$want" ]] ||
+            die "-u $who ran with ids $(echo $out), $user has $(echo $want)"
+    done
+else
+    log "no user whose primary group differs from its uid: skipped"
+fi
 
 log "mistakes: one line, exit 1"
 refused() {
