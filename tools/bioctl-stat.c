@@ -409,7 +409,12 @@ static int ctl_connect(const char *where, char *why, size_t wlen)
 	if (fd < 0 ||
 	    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
 	    connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		snprintf(why, wlen, "%s: %s", path, strerror(errno));
+		/* A bare "Connection refused" does not say the server is gone. */
+		snprintf(why, wlen, "%s: %s%s", path, strerror(errno),
+			 errno == ECONNREFUSED ?
+				 ": no server listens there (one that was "
+				 "killed leaves its socket behind)" :
+				 "");
 		if (fd >= 0)
 			close(fd);
 		return -1;
@@ -444,9 +449,12 @@ static int not_ours(const char *where, const char *text, size_t len,
 	return 0;
 }
 
-/* The control socket's document: 0, or -1 with @why (one line). */
-static int fetch(const char *where, char **text, size_t *len, char *why,
-		 size_t wlen)
+/*
+ * The control socket's document: 0, or -1 with @why (one line).  Once
+ * @where has @answered, silence is a server stopped, not something else.
+ */
+static int fetch(const char *where, bool answered, char **text, size_t *len,
+		 char *why, size_t wlen)
 {
 	size_t cap = 65536;
 	int fd, r = 0;
@@ -476,8 +484,9 @@ static int fetch(const char *where, char **text, size_t *len, char *why,
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			snprintf(why, wlen, "%s: no answer in %d s: not a "
-				 "bionbd control socket", where, STAT_ANSWER_S);
+			snprintf(why, wlen, "%s: no answer in %d s%s", where,
+				 STAT_ANSWER_S,
+				 answered ? "" : ": not a bionbd control socket");
 			r = -1;
 			break;
 		}
@@ -698,9 +707,19 @@ int cmd_stat(int argc, char **argv)
 			nanosleep(&ts, NULL);
 		if (stop)
 			break;
-		r = fetch(argv[optind], &text, &len, why, sizeof(why));
+		r = fetch(argv[optind], n > 0, &text, &len, why, sizeof(why));
 		if (r) {
-			fprintf(stderr, "bioctl: %s\n", why);
+			/*
+			 * A pidfile removed, or a socket that said nothing, is
+			 * the server going while it was watched.
+			 */
+			if (n)
+				fprintf(stderr,
+					"bioctl: the server stopped answering "
+					"after %ld report%s: %s\n",
+					n, n == 1 ? "" : "s", why);
+			else
+				fprintf(stderr, "bioctl: %s\n", why);
 			report_free(&prev);
 			return 1;
 		}

@@ -26,9 +26,10 @@
 # moved", some superblocks missing) is finished by running it again.  SIGINT stops a convert cleanly with how to resume.
 # bioctl stat on bionbd's pidfile shows its members and its buffers in
 # flight; on a member file, on
-# bionbd's NBD socket and on a socket that says nothing: exit 1 within
-# 8 s (not after the server's 10 s handshake timeout), one line saying
-# what it looked for and what it found.
+# bionbd's NBD socket, on a socket that says nothing and on one nothing
+# listens on: exit 1 within 8 s (not after the server's 10 s handshake
+# timeout), one line saying what it looked for and what it found; a
+# server that goes while watched: exit 1, one line saying so.
 source "$(dirname "$0")/functions.sh"
 
 [[ -x $BIOCTL ]] || die "$BIOCTL not built"
@@ -208,7 +209,23 @@ silent=$!
 for ((n = 0; n < 40; n++)); do [[ -S silent.sock ]] && break; sleep 0.1; done
 stat_refused "silent\.sock: no answer in 3 s: not a bionbd control socket$" silent.sock
 wait $silent || die "the silent socket's script failed"
+# A socket nothing listens on (what a killed server leaves): said so, not
+# a bare "Connection refused".
+py -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' dead.sock
+stat_refused "dead\.sock: Connection refused: no server listens there \(one that was killed leaves its socket behind\)$" dead.sock
+# A server that goes while it is watched: said so, with what was found.
+"$BIOCTL" stat -i 0.2 "$SERVER_PIDFILE" >watch.out 2>watch.err &
+watch=$!
+for ((n = 0; n < 50; n++)); do
+    [[ $(grep -c '^export/member' watch.out) -ge 2 ]] && break
+    sleep 0.1
+done
 stop_bionbd
+rc=0
+wait $watch || rc=$?
+[[ $rc -eq 1 ]] || die "stat of a server that went: exit $rc"
+[[ $(wc -l <watch.err) -eq 1 ]] || die "stat of a server that went said: $(cat watch.err)"
+expect_grep "^bioctl: the server stopped answering after [0-9]+ reports?: .*: No such file or directory$" watch.err
 "$BIOCTL" convert --stripe-size 64K --name conv --max-rate 16M h0 h1 h2 \
     >cv.out 2>cv.err &
 pid=$!
