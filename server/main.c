@@ -644,7 +644,7 @@ static void log_startup(const struct conf_export *defs,
 	for (unsigned int i = 0; i < srv.nr_exports; i++) {
 		const struct nbdl_export *e = &srv.exports[i];
 		const struct conf_export *d = &defs[i];
-		char members[512], layout[128], volume[160];
+		char members[512], layout[128], volume[160], chunk[32];
 		size_t n = 0;
 
 		members[0] = 0;
@@ -670,28 +670,32 @@ static void log_startup(const struct conf_export *defs,
 						      " (faulty)" :
 						      "");
 		}
-		/* The geometry: "4 members, stripe 64K" or a mirror's. */
+		/*
+		 * The geometry: "4 members, stripe 64K" or a mirror's, in the
+		 * unit it was given in ("1G", not "1048576K").
+		 */
+		size_text(e->info.chunk_bytes, chunk, sizeof(chunk));
 		if (e->info.level)
 			snprintf(layout, sizeof(layout),
-				 "%s, %u copies, %u members, chunk %" PRIu64 "K",
+				 "%s, %u copies, %u members, chunk %s",
 				 e->info.level == 1 ? "raid1" : "raid10",
-				 e->info.copies, e->info.nr_members,
-				 e->info.chunk_bytes >> 10);
+				 e->info.copies, e->info.nr_members, chunk);
 		else
 			snprintf(layout, sizeof(layout),
-				 "%u members, stripe %" PRIu64 "K",
-				 e->info.nr_members, e->info.chunk_bytes >> 10);
+				 "%u members, stripe %s", e->info.nr_members,
+				 chunk);
 		if (e->info.superblocks)
 			snprintf(volume, sizeof(volume),
 				 ", volume '%s' (%s)", e->info.name,
 				 e->info.uuid);
 		else
 			volume[0] = 0;
-		if (e->info.superblocks)
+		if (e->info.superblocks) {
+			size_text(e->info.data_offset, chunk, sizeof(chunk));
 			snprintf(layout + strlen(layout),
 				 sizeof(layout) - strlen(layout),
-				 ", data offset %" PRIu64 "K",
-				 e->info.data_offset >> 10);
+				 ", data offset %s", chunk);
+		}
 		nbdl_log(NBDL_INFO, "export '%s': %" PRIu64 " bytes%s%s, %s: %s",
 			 e->name, e->size_bytes,
 			 e->readonly ? ", read-only" : "", volume, layout,

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Description: bionbd's log and signals.  With -f the log is stderr: the
-# start-up lines name the export, its size, members and stripe, and where
-# it listens; -v adds debug lines (connections), which are absent without
+# start-up lines name the export, its size, members and stripe (in the
+# largest whole unit: 1M, not 1024K), and where it listens; -v adds debug lines (connections), which are absent without
 # it; --log=null writes nothing at all.  A member that fails every write
 # (its tmpfs is full: ENOSPC) while a client sends 300 writes is logged
 # with its path, at most SRV_LOG_BURST (20) lines a second, followed by a
@@ -33,6 +33,18 @@ expect_grep "^bionbd: export '': 67108864 bytes, 3 members, stripe 64K: $tmp/m0,
 expect_grep "^bionbd: serving on unix socket $NBD_SOCK; [0-9]+ workers, buffers in flight up to [0-9]+[MGTP], backend " "$SERVER_LOG"
 expect_grep '^bionbd: Terminated: shutting down$' "$SERVER_LOG"
 expect_no_grep 'connection' "$SERVER_LOG"
+
+log "start-up lines: sizes in the largest whole unit"
+# A 1M chunk and data offset read "1M", not "1024K".
+"$BIOCTL" create --level raid1 --stripe-size 1M --size 8M "$tmp/g0" "$tmp/g1" >/dev/null ||
+    die "bioctl create"
+start_bionbd --stripe-size 1M "$tmp/g0" "$tmp/g1"
+stop_bionbd
+expect_grep "^bionbd: export '': 8388608 bytes, volume '' \([-0-9a-f]+\), raid1, 2 copies, 2 members, chunk 1M, data offset 1M: $tmp/g0, $tmp/g1\$" "$SERVER_LOG"
+start_bionbd --stripe-size 1G --size 1G "$tmp/g2"
+stop_bionbd
+expect_grep "^bionbd: export '': 1073741824 bytes, 1 members, stripe 1G: $tmp/g2\$" "$SERVER_LOG"
+rm -f "$tmp/g0" "$tmp/g1" "$tmp/g2"
 
 log "-v: debug lines"
 start_bionbd -v "${m[@]}"
