@@ -259,6 +259,92 @@ static char *cut_colon(char *str)
 	return NULL;
 }
 
+/*
+ * The options whose value names a local file or directory the client
+ * opens, maybe long after the start (a daemon is in / by then): conf=
+ * (ours, rados_conf_read_file's) and the Ceph options a librados or librbd
+ * client reads a path from.  @list: candidates separated by ',' or ';',
+ * the first that opens wins (Ceph's file search), each joined alone.
+ */
+static const struct rbd_path_opt {
+	const char *name;
+	bool list;
+} rbd_path_opts[] = {
+	{ "conf", true },
+	{ "keyring", true },
+	{ "keyfile", false },
+	{ "monmap", false },
+	{ "admin_socket", false },
+	{ "log_file", false },
+	{ "run_dir", false },
+	{ "crash_dir", false },
+	{ "plugin_dir", false },
+	{ "erasure_code_dir", false },
+	{ "gss_ktab_client_file", false },
+	{ "rbd_persistent_cache_path", false },
+	{ "immutable_object_cache_path", false },
+	{ "immutable_object_cache_sock", false },
+};
+
+/* Ceph spells an option's '_' as ' ' or '-' as well (admin-socket). */
+static const struct rbd_path_opt *path_opt(const char *key, size_t len)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(rbd_path_opts); i++) {
+		const char *n = rbd_path_opts[i].name;
+		size_t j;
+
+		for (j = 0; j < len && n[j]; j++)
+			if (key[j] != n[j] &&
+			    !(n[j] == '_' && (key[j] == '-' || key[j] == ' ')))
+				break;
+		if (j == len && !n[j])
+			return &rbd_path_opts[i];
+	}
+	return NULL;
+}
+
+/*
+ * Write the value [@v, @end) (as written in the member: '\' escapes) with
+ * each relative path in it joined to @dir.  Absolute paths stay, and so
+ * do those Ceph expands itself: "$run_dir/...", "~/...".
+ */
+static void path_value_absolute(FILE *f, const char *v, const char *end,
+				bool list, const char *dir)
+{
+	while (v < end) {
+		/* Never past @end: it is a ':' or the string's end. */
+		const char *item = v + strspn(v, " \t");
+
+		fwrite(v, 1, (size_t)(item - v), f);
+		v = item;
+		/* The item ends at the next separator, escaped or not. */
+		while (v < end && !(list && (*v == ',' || *v == ';' ||
+					     (*v == '\\' && v + 1 < end &&
+					      (v[1] == ',' || v[1] == ';')))))
+			v += v[0] == '\\' && v + 1 < end ? 2 : 1;
+		if (v > item && !strchr("/$~", *item)) {
+			size_t n = strlen(dir);
+
+			while (v - item > 2 && item[0] == '.' && item[1] == '/')
+				item += 2 + strspn(item + 2, "/");
+			for (const char *d = dir; *d; d++) {
+				if (*d == ':' || *d == '\\')
+					fputc('\\', f);
+				fputc(*d, f);
+			}
+			if (n && dir[n - 1] != '/')
+				fputc('/', f);
+		}
+		fwrite(item, 1, (size_t)(v - item), f);
+		if (v < end) { /* the separator */
+			size_t sep = *v == '\\' ? 2 : 1;
+
+			fwrite(v, 1, sep, f);
+			v += sep;
+		}
+	}
+}
+
 int rbd_member_absolute(const char *member, const char *dir, char **out)
 {
 	const char *p = member + 4; /* after "rbd:" */
@@ -275,25 +361,16 @@ int rbd_member_absolute(const char *member, const char *dir, char **out)
 	/* The image's name, then each option: cut as cut_colon cuts. */
 	while (*p) {
 		const char *s = p, *eq;
-		size_t klen = 0;
+		const struct rbd_path_opt *po = NULL;
 
 		while (*p && *p != ':')
 			p += p[0] == '\\' && p[1] ? 2 : 1;
 		eq = memchr(s, '=', (size_t)(p - s));
-		if (eq)
-			klen = (size_t)(eq - s);
-		if (!first && eq && eq + 1 < p && eq[1] != '/' &&
-		    ((klen == 4 && !strncmp(s, "conf", 4)) ||
-		     (klen == 7 && !strncmp(s, "keyring", 7)))) {
-			fwrite(s, 1, klen + 1, f);
-			for (const char *d = dir; *d; d++) {
-				if (*d == ':' || *d == '\\')
-					fputc('\\', f);
-				fputc(*d, f);
-			}
-			if (dir[0] && dir[strlen(dir) - 1] != '/')
-				fputc('/', f);
-			fwrite(eq + 1, 1, (size_t)(p - eq - 1), f);
+		if (!first && eq)
+			po = path_opt(s, (size_t)(eq - s));
+		if (po) {
+			fwrite(s, 1, (size_t)(eq + 1 - s), f);
+			path_value_absolute(f, eq + 1, p, po->list, dir);
 		} else {
 			fwrite(s, 1, (size_t)(p - s), f);
 		}

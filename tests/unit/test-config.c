@@ -544,6 +544,29 @@ static void test_absolute(void)
 	check_abs("file", "rbd:p/i:conf=/etc/ceph/c.conf", "/d",
 		  "rbd:p/i:conf=/etc/ceph/c.conf");
 	check_abs("file", "rbd:p/i\\:conf=x", "/d", "rbd:p/i\\:conf=x");
+	/*
+	 * Every Ceph option that names a file the client opens later, in
+	 * any of Ceph's spellings; lists (conf=, keyring=) item by item;
+	 * what Ceph expands itself ($run_dir, ~) as written.
+	 */
+	check_abs("file", "rbd:p/i:keyfile=k.key:admin_socket=a.asok:"
+			  "log-file=l.log:monmap=./m:mon_host=h",
+		  "/d", "rbd:p/i:keyfile=/d/k.key:admin_socket=/d/a.asok:"
+			"log-file=/d/l.log:monmap=/d/m:mon_host=h");
+	check_abs("file", "rbd:p/i:rbd_persistent_cache_path=c:run_dir=r:"
+			  "plugin_dir=/usr/lib/ceph",
+		  "/d", "rbd:p/i:rbd_persistent_cache_path=/d/c:"
+			"run_dir=/d/r:plugin_dir=/usr/lib/ceph");
+	check_abs("file", "rbd:p/i:keyring=a.keyring,/etc/ceph/b; c:"
+			  "conf=x.conf;~/.ceph/y.conf",
+		  "/d", "rbd:p/i:keyring=/d/a.keyring,/etc/ceph/b; /d/c:"
+			"conf=/d/x.conf;~/.ceph/y.conf");
+	check_abs("file", "rbd:p/i:admin_socket=$run_dir/$name.asok:"
+			  "keyfile=k",
+		  "/d:e", "rbd:p/i:admin_socket=$run_dir/$name.asok:"
+			  "keyfile=/d\\:e/k");
+	check_abs("file", "rbd:p/i:rbd_cache_policy=writeback", "/d",
+		  "rbd:p/i:rbd_cache_policy=writeback");
 
 	/* Rules: file= only, and never split into two words. */
 	check_abs("fault", "op=write file=t error=EIO", "/d",

@@ -33,8 +33,10 @@ int path_absolute(const char *path, const char *dir, char **out);
  *
  * A file's path is path_absolute's; an NBD URI's socket=, tls-psk-file=
  * and tls-certificates= are joined to @dir (percent-encoded); an RBD
- * member's conf= and keyring= too ('\:' for a colon).  Everything else is
- * kept as written.  Returns 0 or -errno.
+ * member's conf=, keyring= and Ceph options that name a file (keyfile=,
+ * admin_socket=, log_file=, ...: rbd.c's list) too, each item of a
+ * list alone ('\:' for a colon; "$..." and "~..." are Ceph's to expand).
+ * Everything else is kept as written.  Returns 0 or -errno.
  */
 int member_absolute(const char *member, const char *dir, char **out);
 
