@@ -382,6 +382,19 @@ static int reopen(int fd, const char *path, const struct stat *st)
 	return r;
 }
 
+void file_target_account(struct target *t,
+			 const struct file_target_opts *opts)
+{
+	struct file_target *ft = to_file_target(t);
+
+	/* Without memory for it the member is served uncounted. */
+	if (opts->stats_parent && !ft->stats)
+		ft->stats = io_stats_create(t->name, opts->stats_parent);
+	if (opts->trace_parent && !t->trace_id)
+		t->trace_id = trace_obj_add(TRACE_OBJ_MEMBER,
+					    opts->trace_parent, t->name);
+}
+
 int file_target_open(struct target **out, const char *path,
 		     const struct file_target_opts *opts)
 {
@@ -432,12 +445,7 @@ int file_target_open(struct target **out, const char *path,
 	}
 	if (!opts->readonly)
 		ft->sync_fd = reopen(ft->fd, path, &st);
-	/* Without memory for it the member is served uncounted. */
-	if (opts->stats_parent)
-		ft->stats = io_stats_create(path, opts->stats_parent);
-	if (opts->trace_parent)
-		ft->t.trace_id = trace_obj_add(TRACE_OBJ_MEMBER,
-					       opts->trace_parent, path);
+	file_target_account(&ft->t, opts);
 	*out = &ft->t;
 	return 0;
 

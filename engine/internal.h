@@ -293,6 +293,15 @@ static inline struct io_stats *member_stats(struct target *t)
 /* ---- fileio.c: file I/O shared by the file target and the backends ---- */
 
 
+/*
+ * file.c: count @t's I/O and name it in traces as @opts ask (what
+ * file_target_open does last), once: for a spare opened uncounted at
+ * start, when it takes a role over, so that it appears among the members
+ * only then (docs/stats.md).
+ */
+void file_target_account(struct target *t,
+			 const struct file_target_opts *opts);
+
 /* Allocation extents of [off, off+len) of a file target into bio->bi_ext. */
 int file_extents(struct file_target *ft, struct bio *bio);
 

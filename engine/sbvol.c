@@ -48,11 +48,18 @@ struct sbvol {
 	 */
 	pthread_mutex_t md_lock;
 	struct mdev *md[SB_MAX_ROLES]; /* by role; NULL: not in service */
-	/* Spares not taken yet (NULL once taken or found unusable). */
+	/*
+	 * Spares not taken yet (NULL once taken or found unusable).  Each
+	 * is opened whole at start, its data target too, and held until it
+	 * takes a role over: after -u/-g the server may no longer be allowed
+	 * to open it, and a mistake in its path or mode is said at start,
+	 * not found at the fault it was there for.
+	 */
 	unsigned int nr_spares;
 	char *spare_path[SB_MAX_ROLES];
 	struct mdev *spare_md[SB_MAX_ROLES];
-	struct file_target_opts fopts; /* for a spare's target */
+	struct target *spare_t[SB_MAX_ROLES];
+	struct file_target_opts fopts; /* to count a spare's target with */
 	uint32_t bitmap_regions; /* a mirror with a bitmap: its regions */
 };
 
@@ -311,16 +318,16 @@ static int spare_take(struct sbvol *sv, unsigned int role,
 
 	for (unsigned int i = 0; i < sv->nr_spares; i++) {
 		struct role_edit re = { .role = role };
-		struct target *t = NULL;
+		struct target *t = sv->spare_t[i];
 		struct mdev *m = sv->spare_md[i];
 		int r;
 
 		if (!m)
 			continue;
-		sv->spare_md[i] = NULL; /* tried: whatever happens, once */
-		r = file_target_open(&t, sv->spare_path[i], &sv->fopts);
-		if (!r)
-			r = sb_uuid_generate(re.uuid);
+		/* tried: whatever happens, once */
+		sv->spare_md[i] = NULL;
+		sv->spare_t[i] = NULL;
+		r = sb_uuid_generate(re.uuid);
 		if (!r) {
 			re.events = ++sv->events;
 			if (!sb_rewrite(sv, edit_role, &re, &r))
@@ -340,6 +347,7 @@ static int spare_take(struct sbvol *sv, unsigned int role,
 		}
 		mdev_close(sv->md[role]);
 		sv->md[role] = m;
+		file_target_account(t, &sv->fopts);
 		target_notice(TARGET_NOTICE_INFO,
 			      "volume '%s': spare %s takes over role %u",
 			      sv->t.name, sv->spare_path[i], role);
@@ -523,6 +531,7 @@ static void sbvol_free(struct sbvol *sv)
 		mdev_close(sv->md[i]);
 	for (unsigned int i = 0; i < sv->nr_spares; i++) {
 		mdev_close(sv->spare_md[i]);
+		target_destroy(sv->spare_t[i]);
 		free(sv->spare_path[i]);
 	}
 	pthread_mutex_destroy(&sv->md_lock);
@@ -636,11 +645,19 @@ int sbvol_create(struct target **out, struct target *inner,
 			r = open_locked("member", paths[i], timeout_ms,
 					&sv->md[i], errbuf, errlen);
 	for (unsigned int i = 0; i < nr_spares && !r; i++, sv->nr_spares++) {
+		struct file_target_opts uncounted = *fopts;
+
 		sv->spare_path[i] = strdup(spares[i]);
 		r = sv->spare_path[i] ?
 			    open_locked("spare", spares[i], timeout_ms,
 					&sv->spare_md[i], errbuf, errlen) :
 			    verr(errbuf, errlen, -ENOMEM, "out of memory");
+		uncounted.stats_parent = NULL;
+		uncounted.trace_parent = 0;
+		if (!r && (r = file_target_open(&sv->spare_t[i], spares[i],
+						&uncounted)))
+			verr(errbuf, errlen, r, "spare %s: %s", spares[i],
+			     strerror(-r));
 	}
 	if (r)
 		goto fail;

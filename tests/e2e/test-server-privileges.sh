@@ -10,7 +10,8 @@
 # as by name).  --run's command runs as the user and the
 # private socket directory is still removed.  An unknown user or group,
 # -u when not started as root, and --stats in a directory the user cannot
-# write are one line and exit 1 (and leave no socket or pidfile).
+# write are one line and exit 1 (and leave no socket or pidfile).  A spare
+# only root may open still takes a role over.
 source "$(dirname "$0")/functions.sh"
 
 requires_root
@@ -54,6 +55,33 @@ nbdcopy "$tmp/src" "$NBD_URI" || die "nbdcopy in as nobody"
 nbdcopy "$NBD_URI" "$tmp/back" || die "nbdcopy out as nobody"
 cmp "$tmp/src" <(head -c $((16 << 20)) "$tmp/back") || die "data differs"
 stop_bionbd
+
+# A spare is held open from the start: after root went, nobody could not
+# open one only root may (the old code opened it by path at the fault, and
+# the takeover failed with "Permission denied").
+log "-u nobody --spare: a spare only root may open still takes over"
+sp=("$tmp/sp0" "$tmp/sp1")
+"$BIOCTL" create --level raid1 --size 16M "${sp[@]}" >/dev/null ||
+    die "bioctl create"
+truncate -s 20M "$tmp/sp2"
+chmod 600 "${sp[@]}" "$tmp/sp2"
+start_bionbd -u nobody --spare "$tmp/sp2" \
+    --fault "member=1 op=write count=1" "${sp[@]}"
+dropped
+head -c $((1 << 20)) /dev/urandom >"$tmp/one"
+nbdcopy "$tmp/one" "$NBD_URI" || die "nbdcopy into the mirror"
+for ((n = 0; n < 200; n++)); do
+    grep -q "rebuilt:\|cannot take over" "$SERVER_LOG" && break
+    sleep 0.05
+done
+expect_grep "spare $tmp/sp2 takes over role 1" "$SERVER_LOG"
+expect_grep "member $tmp/sp2 \(role 1\) rebuilt" "$SERVER_LOG"
+nbdcopy "$NBD_URI" "$tmp/back" || die "nbdcopy out of the mirror"
+cmp "$tmp/one" <(head -c $((1 << 20)) "$tmp/back") || die "data differs"
+stop_bionbd
+"$BIOCTL" info "$tmp/sp0" "$tmp/sp2" >"$tmp/info" 2>&1 || :
+expect_grep "role 1: $tmp/sp2, active" "$tmp/info"
+[[ $(stat -c %u "$tmp/sp2") -eq 0 ]] || die "the spare should stay root's"
 
 log "-u alone: the user's own group"
 start_bionbd -u nobody "${m[@]}"

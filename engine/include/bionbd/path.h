@@ -2,11 +2,10 @@
 /*
  * path.h - relative paths made absolute once, where they are given.
  *
- * A daemon changes to / once it has forked, and opens (a spare at fault
- * time, a remote member's socket at each reconnection, a Ceph
- * configuration when it connects) or removes some of its files long
- * after: a path that meant something where it was given must mean the
- * same there.  So front ends join every relative path to the directory
+ * A daemon changes to / once it has forked, and opens (a remote member's
+ * socket at each reconnection, a Ceph configuration when it connects)
+ * or removes some of its files long after: a path that meant something
+ * where it was given must mean the same there.  So front ends join every relative path to the directory
  * it was given relative to (the one they started in, or a configuration
  * file's), before anything uses it.  Paths are joined, not resolved: a
  * symlink, or a file that does not exist yet, stays what it was.
