@@ -1380,20 +1380,78 @@ static bool user_name(const struct run_as *ra, char *buf, size_t len)
 }
 
 /*
+ * USER's supplementary groups, also when USER was given as a number;
+ * none of root's either way.
+ */
+static int set_groups(const struct run_as *ra)
+{
+	gid_t gid = ra->gid;
+	char name[256];
+
+	if (user_name(ra, name, sizeof(name)) ? initgroups(name, gid) :
+						setgroups(1, &gid))
+		return -errno;
+	return 0;
+}
+
+/*
+ * The statistics file is written at exit, as USER: checked at start as
+ * root already, and now as USER, but while root can still come back
+ * (effective ids only).  A start refused here takes back what it made
+ * (die_unmakes) as root: USER may not be allowed to remove a member made
+ * in a directory only root writes, nor shrink one root owns.
+ */
+static int probe_as_user(const struct run_as *ra, const char *stats)
+{
+	int n = getgroups(0, NULL), r, back = 0;
+	gid_t egid = getegid();
+	gid_t *saved = n >= 0 ? calloc((size_t)n + 1, sizeof(*saved)) : NULL;
+
+	if (!saved)
+		return n < 0 ? -errno : -ENOMEM;
+	n = getgroups(n, saved);
+	if (n < 0) {
+		r = -errno;
+		goto out;
+	}
+	r = set_groups(ra);
+	if (!r && setegid(ra->gid))
+		r = -errno;
+	if (!r && ra->user && seteuid(ra->uid))
+		r = -errno;
+	if (!r)
+		r = nbdl_stats_probe(stats);
+	/* Root again; a step that cannot be undone ends the start. */
+	if ((ra->user && seteuid(0)) || setegid(egid) ||
+	    setgroups((size_t)n, saved))
+		back = -errno;
+	if (back)
+		die("-u/-g: back to root for the rest of the start: %s",
+		    strerror(-back));
+out:
+	free(saved);
+	return r;
+}
+
+/*
  * After the listeners, members and credentials are open (their
  * descriptors stay usable), root goes for good.  What we made that is
  * removed at exit is handed over first, so that it can be where the
- * directory lets USER (a sticky /tmp, a directory USER owns).
+ * directory lets USER (a sticky /tmp, a directory USER owns).  Nothing
+ * after this refuses the start but a failed --run (fork): whatever the
+ * start made stays then, where USER may not remove it.
  */
 static void drop_privileges(const struct run_as *ra, const char *socket,
 			    const char *pidfile, const char *stats)
 {
 	uid_t owner = ra->user ? ra->uid : (uid_t)-1;
-	char name[256];
 	int r;
 
 	if (!ra->set)
 		return;
+	if (stats && (r = probe_as_user(ra, stats)))
+		die_setting("stats", "%s (as uid %u)", strerror(-r),
+			    (unsigned int)(ra->user ? ra->uid : getuid()));
 	if (private_dir && chown(private_dir, owner, ra->gid))
 		die("--run: chown %s: %s", private_dir, strerror(errno));
 	if (socket && chown(socket, owner, ra->gid))
@@ -1404,13 +1462,8 @@ static void drop_privileges(const struct run_as *ra, const char *socket,
 	    chown(srv_stats_control_path(), owner, ra->gid))
 		die("-u/-g: chown %s: %s", srv_stats_control_path(),
 		    strerror(errno));
-	/*
-	 * USER's supplementary groups, also when USER was given as a number;
-	 * none of root's either way.
-	 */
-	if (user_name(ra, name, sizeof(name)) ? initgroups(name, ra->gid) :
-						setgroups(1, &ra->gid))
-		die("-u/-g: setgroups: %s", strerror(errno));
+	if ((r = set_groups(ra)))
+		die("-u/-g: setgroups: %s", strerror(-r));
 	if (setgid(ra->gid))
 		die("-g: setgid %u: %s", ra->gid, strerror(errno));
 	if (ra->user && setuid(ra->uid))
@@ -1418,10 +1471,6 @@ static void drop_privileges(const struct run_as *ra, const char *socket,
 	/* Paranoia: a setuid that did not take must not go unnoticed. */
 	if (ra->user && ra->uid != 0 && (setuid(0) == 0 || geteuid() == 0))
 		die("-u %s: could not drop root", ra->user);
-	/* Checked at start already, but as root: now as who writes them. */
-	if (stats && (r = nbdl_stats_probe(stats)))
-		die_setting("stats", "%s (as uid %u)", strerror(-r),
-			    (unsigned int)getuid());
 	nbdl_log(NBDL_INFO, "running as uid %u, gid %u", (unsigned int)getuid(),
 		 (unsigned int)getgid());
 }

@@ -10,8 +10,9 @@
 # as by name).  --run's command runs as the user and the
 # private socket directory is still removed.  An unknown user or group,
 # -u when not started as root, and --stats in a directory the user cannot
-# write are one line and exit 1 (and leave no socket or pidfile).  A spare
-# only root may open still takes a role over.
+# write are one line and exit 1 (and leave no socket or pidfile, nor the
+# members and trace file the start made, where only root could remove
+# them).  A spare only root may open still takes a role over.
 source "$(dirname "$0")/functions.sh"
 
 requires_root
@@ -140,6 +141,19 @@ refused "$BIONBD" -f -U "$tmp/x.sock" -P "$tmp/x.pid" -u nobody \
 expect_grep "^bionbd: --stats .*/rootonly/s.json: Permission denied" "$tmp/err"
 [[ ! -e $tmp/x.sock && ! -e $tmp/x.pid && ! -e $tmp/x.pid.ctl ]] ||
     die "a refused --stats left $(ls "$tmp"/x.*) behind"
+# ... and what that start made or grew is taken back, although nobody
+# could not remove or shrink it (the old code tried as nobody, after root
+# went, and left all three).
+mkdir -m 0755 "$tmp/made"
+truncate -s 1M "$tmp/made/g1"
+refused "$BIONBD" -f -U "$tmp/x.sock" -u nobody --size 32M \
+    --trace "$tmp/made/t.bin" --stats "$tmp/rootonly/s.json" \
+    "$tmp/made/n0" "$tmp/made/g1"
+expect_grep "^bionbd: --stats .*/rootonly/s.json: Permission denied" "$tmp/err"
+[[ ! -e $tmp/made/n0 && ! -e $tmp/made/t.bin ]] ||
+    die "a start refused as nobody left $(ls "$tmp/made" | tr "\n" " ")behind"
+[[ $(stat -c %s "$tmp/made/g1") -eq $((1 << 20)) ]] ||
+    die "a start refused as nobody left g1 grown"
 chmod 666 "$tmp/m0" "$tmp/m1"
 refused setpriv --reuid=65534 --regid=65534 --clear-groups \
     "$BIONBD" -f -U "$tmp/x.sock" -u nobody "${m[@]}"
