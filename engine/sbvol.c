@@ -129,12 +129,12 @@ static void edit_clean(struct superblock *sb, void *arg)
 
 /*
  * Set or clear the clean flag on every member in service.  For a mirror
- * each mark (the start's dirty one, the clean stop) also moves the event
- * counter on, so that a member which missed a run (put back from an old
- * copy of its file) is two or more behind the others at the next start:
- * stale, rebuilt, never read.  A crash between two members' writes of one
- * mark leaves some one behind with the same roles: sb_assemble keeps
- * those, and resyncs.
+ * each mark (the start's dirty one, the clean stop's two) also moves the
+ * event counter on, so that a member which missed a run (put back from an
+ * old copy of its file) is two or more behind the others at the next
+ * start: stale, rebuilt, never read.  A crash between two members' writes
+ * of one mark leaves some one behind with the same roles: sb_assemble
+ * keeps those, and resyncs.
  */
 static int sb_mark(struct sbvol *sv, bool clean)
 {
@@ -556,7 +556,18 @@ static void sbvol_destroy(struct target *t)
 	if (!sb_sync(sv)) {
 		if (sv->bitmap_regions)
 			(void)sb_bitmap_write(sv, none, sv->bitmap_regions);
-		(void)sb_mark(sv, true);
+		/*
+		 * A mirror's stop is two marks, each on every member before
+		 * the next: a copy of a member taken while it ran holds this
+		 * run's start mark and would be one behind a one-mark stop,
+		 * which sb_assemble must keep (a stop cut short by a crash
+		 * looks the same), and its older data would be served.  Two
+		 * behind, it is stale; a crash in either pass still leaves
+		 * members one behind.  The first mark stays dirty, so a crash
+		 * after it resyncs.
+		 */
+		if (!sv->mirror || !sb_mark(sv, false))
+			(void)sb_mark(sv, true);
 	}
 	sbvol_free(sv);
 }

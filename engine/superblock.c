@@ -554,8 +554,8 @@ static bool sb_replaced(const struct superblock *sb,
  * the change was recorded.  So a member one behind whose own role @ref
  * still gives it, unchanged, stays in service, and the volume is resynced
  * as unclean.  Its own role changed (it was marked faulty), or two behind
- * (an old copy: every run is two marks), is stale.  md tolerates the same
- * one event.
+ * (an old copy: every run is three marks, and a clean stop two, so a copy
+ * taken while it ran is two behind after it), is stale.
  */
 static bool sb_one_mark_behind(const struct superblock *sb,
 			       const struct superblock *ref)
