@@ -814,8 +814,10 @@ static unsigned int mirror_member_states(struct target *t,
 		out[n].state = s == MIRROR_ACTIVE   ? TARGET_MEMBER_ACTIVE :
 			       s == MIRROR_FAULTY   ? TARGET_MEMBER_FAULTY :
 						      TARGET_MEMBER_REBUILDING;
-		out[n].rebuilt = s == MIRROR_REBUILDING ? mt->checkpoint[m] :
-							  0;
+		out[n].rebuilt = s != MIRROR_REBUILDING ? 0 :
+				 mt->rb.copying && mt->rb.copy_member == m ?
+							  mt->rb.copied :
+							  mt->checkpoint[m];
 		out[n].bytes = s == MIRROR_REBUILDING ? bytes : 0;
 		n++;
 	}

@@ -61,6 +61,14 @@ struct mirror_rebuild {
 	bool stop; /* under the mirror's lock */
 	bool no_spare; /* the spare hook said none is left */
 	pthread_cond_t cond; /* with the mirror's lock: work, or stop */
+	/*
+	 * Under the mirror's lock: the member being copied and how far,
+	 * every step, for the statistics (mirror_member_states); the
+	 * checkpoint, durable, moves only every second.
+	 */
+	bool copying;
+	unsigned int copy_member;
+	uint64_t copied;
 };
 
 struct mirror_target {

@@ -207,6 +207,14 @@ static int record_progress(struct mirror_target *mt, unsigned int m,
 	return 0;
 }
 
+/* The statistics read the checkpoint again (mirror_rebuild.copying). */
+static void copy_done(struct mirror_target *mt)
+{
+	pthread_mutex_lock(&mt->lock);
+	mt->rb.copying = false;
+	pthread_mutex_unlock(&mt->lock);
+}
+
 /* Rebuild member @m from its checkpoint on. */
 static void rebuild_member(struct mirror_target *mt, unsigned int m)
 {
@@ -225,6 +233,9 @@ static void rebuild_member(struct mirror_target *mt, unsigned int m)
 	}
 	pthread_mutex_lock(&mt->lock);
 	start_x = x = mt->checkpoint[m];
+	mt->rb.copying = true;
+	mt->rb.copy_member = m;
+	mt->rb.copied = x;
 	pthread_mutex_unlock(&mt->lock);
 	target_notice(TARGET_NOTICE_INFO,
 		      "volume '%s': rebuilding member %s (role %u) from %" PRIu64
@@ -251,6 +262,9 @@ static void rebuild_member(struct mirror_target *mt, unsigned int m)
 				break;
 		}
 		x += n;
+		pthread_mutex_lock(&mt->lock);
+		mt->rb.copied = x < bytes ? x : bytes;
+		pthread_mutex_unlock(&mt->lock);
 		now = engine_now_s();
 		if (now - saved >= REBUILD_CHECKPOINT_S) {
 			err = record_progress(mt, m, x);
@@ -268,13 +282,15 @@ static void rebuild_member(struct mirror_target *mt, unsigned int m)
 		}
 	}
 	free(buf);
-	if (err == -EINTR) {
+	if (err == -EINTR)
 		(void)record_progress(mt, m, x); /* stopping: resume here */
+	if (err || rb_flush(mt, m)) {
+		copy_done(mt);
 		return;
 	}
-	if (err || rb_flush(mt, m))
-		return;
 	pthread_mutex_lock(&mt->lock);
+	/* The statistics go from copied to active at once. */
+	mt->rb.copying = false;
 	{
 		uint8_t state[MIRROR_MAX_MEMBERS];
 

@@ -19,6 +19,8 @@
  * (copies stay equal).  Bitmap: the first write to a region writes its
  * bit before the data goes out, later writes to it do not; after the
  * daemon's delay with no writes the bit is cleared, after a sync.
+ * Rebuild: resumed at its checkpoint, flushed before it is active, its
+ * progress seen by the statistics as it copies (before any checkpoint).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +29,7 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <bionbd/bio.h>
 #include <bionbd/ioq.h>
@@ -630,6 +633,50 @@ static void case_rebuild_flush(void)
 	printf("rebuild flush: ok\n");
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * The statistics see a rebuild move as it copies, not only at its
+ * checkpoints (every second): a poller in its first 0.9 s, before any
+ * checkpoint could be taken, sees it move, never back nor past the end.
+ */
+static void case_rebuild_progress(void)
+{
+	uint8_t state[2] = { MIRROR_ACTIVE, MIRROR_REBUILDING };
+	struct target_member_state ms[2];
+	uint64_t last = 0;
+	unsigned int moves = 0;
+	struct fixture f;
+	double t0;
+
+	fixture_setup_state(&f, 2, 2, 64u << 20, state, NULL);
+	t0 = now_s();
+	target_start(f.t);
+	for (;;) {
+		CHECK_EQ(target_member_states(f.t, ms, 2), 2);
+		if (ms[1].state != TARGET_MEMBER_REBUILDING)
+			break;
+		CHECK(ms[1].rebuilt >= last && ms[1].rebuilt <= ms[1].bytes);
+		if (ms[1].rebuilt != last && now_s() - t0 < 0.9)
+			moves++;
+		last = ms[1].rebuilt;
+		usleep(500);
+	}
+	if (!moves) {
+		fprintf(stderr, "rebuild progress: no move seen in 0.9 s\n");
+		abort();
+	}
+	wait_active(&f, 1);
+	fixture_teardown(&f);
+	printf("rebuild progress: ok (%u moves)\n", moves);
+}
+
 /*
  * A member fails, the spare hook gives a new one, it is rebuilt while
  * writes go on, and then it alone (the other copy failing) serves reads.
@@ -684,6 +731,7 @@ int main(void)
 	case_fast_zero();
 	case_rebuild_resume();
 	case_rebuild_flush();
+	case_rebuild_progress();
 	case_spare_takeover(2, 2);
 	case_spare_takeover(4, 2);
 	case_bitmap();

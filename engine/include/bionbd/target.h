@@ -43,7 +43,8 @@ struct target_member_state {
 		TARGET_MEMBER_FAULTY,
 		TARGET_MEMBER_REBUILDING,
 	} state;
-	uint64_t rebuilt; /* rebuilding: data bytes done (its checkpoint) */
+	/* rebuilding: data bytes copied (its checkpoint while not copying) */
+	uint64_t rebuilt;
 	uint64_t bytes; /* rebuilding: of this many */
 };
 
