@@ -30,6 +30,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sendfile.h>
@@ -120,6 +121,22 @@ static void conn_unhold(struct conn *c)
 	c->held = NULL;
 }
 
+/*
+ * No more requests will be read: drop the one held for buffer room, a
+ * write's payload half received, and the unparsed rest in pend.
+ */
+static void conn_drop_input(struct conn *c)
+{
+	conn_unhold(c);
+	if (c->rx) {
+		req_free(c->rx, false);
+		c->rx = NULL;
+	}
+	free(c->pend);
+	c->pend = NULL;
+	c->pend_len = 0;
+}
+
 /* The socket is unusable: drop queued replies; bios in flight finish. */
 static void conn_fail(struct conn *c)
 {
@@ -138,11 +155,7 @@ static void conn_fail(struct conn *c)
 	c->olen = c->ooff = 0;
 	c->tls_stage_len = 0;
 	conn_drop_replies(c);
-	conn_unhold(c);
-	if (c->rx) {
-		req_free(c->rx, false);
-		c->rx = NULL;
-	}
+	conn_drop_input(c);
 	conn_maybe_close(c);
 }
 
@@ -164,11 +177,7 @@ static void conn_drain(struct conn *c)
 	c->draining = true;
 	c->paused = true;
 	ev_io_stop(c->w->loop, &c->rio);
-	conn_unhold(c);
-	if (c->rx) {
-		req_free(c->rx, false);
-		c->rx = NULL;
-	}
+	conn_drop_input(c);
 	conn_maybe_close(c);
 }
 
@@ -267,7 +276,7 @@ static void conn_read_kick(struct conn *c)
 	 * Not while yielded: the fed event would find nothing to do and
 	 * feed itself again, inside this loop iteration, for ever.
 	 */
-	if (c->tls && !c->yielded && ev_is_active(&c->rio) &&
+	if (c->tls && !c->yielded && !c->held && ev_is_active(&c->rio) &&
 	    tls_pending(c->tls))
 		ev_feed_event(c->w->loop, &c->rio, EV_READ);
 }
@@ -531,8 +540,54 @@ static unsigned int req_cost(const struct nbd_req *r)
 }
 
 /*
+ * @c waits for buffer room and reads nothing: has its client hung up?
+ * The kernel says so whatever is still unread in the socket (POLLRDHUP:
+ * the peer sends nothing more; POLLHUP, POLLERR: it is gone), so a
+ * client that pipelined requests and closed is seen too, and under TLS,
+ * whose bytes cannot be looked at without the session, the same holds:
+ * a close_notify alone, with the socket open, is not a hang-up.  If so,
+ * it is one as at EOF: the held request leaves the queue unanswered, the
+ * requests started are answered if they can be, and the connection
+ * closes.  Returns true if it hung up.
+ */
+static bool conn_held_hangup(struct conn *c)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLRDHUP };
+	int n;
+
+	do
+		n = poll(&p, 1, 0);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		return false;
+	nbdl_log(NBDL_DEBUG,
+		 "connection %" PRIu64 " (%s): the client hung up while its "
+		 "request waited for buffer room",
+		 c->id, c->peer);
+	if (p.revents & POLLERR)
+		conn_fail(c);
+	else
+		conn_drain(c);
+	return true;
+}
+
+/*
+ * The read watcher of a held connection fired: a hang-up, or bytes (the
+ * next requests) that stay unread until it is let in.  Those would fire
+ * it every loop turn, so it stops; the stall tick looks again
+ * (conn_evict_stalled).
+ */
+static void conn_held_readable(struct conn *c)
+{
+	if (!conn_held_hangup(c))
+		ev_io_stop(c->w->loop, &c->rio);
+}
+
+/*
  * @r, parsed, has no buffer room: stop reading and queue for it, the
- * rest of what was read kept in pend (tx_parse).
+ * rest of what was read kept in pend (tx_parse).  The read watcher stays
+ * on for a hang-up alone (conn_held_readable): a client that gives up
+ * must not keep its place, its socket and its stash until room comes.
  */
 static void conn_hold(struct conn *c, struct nbd_req *r)
 {
@@ -541,7 +596,7 @@ static void conn_hold(struct conn *c, struct nbd_req *r)
 
 	c->held = r;
 	c->paused = true;
-	ev_io_stop(w->loop, &c->rio);
+	ev_io_start(w->loop, &c->rio);
 	inflight_wait(worker_lane(w, n), &c->bwait, n);
 	io_stats_add(&c->st_buf_waits, 1);
 	if (!ev_is_active(&w->stall))
@@ -752,6 +807,10 @@ static void conn_read_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
 	struct conn *c = container_of(w, struct conn, rio);
 
+	if (c->held) {
+		conn_held_readable(c);
+		return;
+	}
 	busypoll_arrival(&c->w->poll, loop);
 	if (c->state == CS_TLS_HANDSHAKE) {
 		conn_tls_step(c);
@@ -1194,6 +1253,8 @@ void conn_resume_waiting(struct worker *w)
 		c->held = NULL;
 		c->paused = false;
 		c->turn_cost = 0;
+		/* Watching for a hang-up alone; reading resumes below. */
+		ev_io_stop(w->loop, &c->rio);
 		if (req_take_buf(r)) {
 			conn_hangup(c); /* a write's payload has nowhere to go */
 			continue;
@@ -1221,6 +1282,9 @@ void conn_evict_stalled(struct worker *w)
 		return;
 	}
 	for (c = w->conns; c; c = c->next) {
+		/* Held with bytes unread: no watcher sees a hang-up. */
+		if (c->held && !ev_is_active(&c->rio) && conn_held_hangup(c))
+			continue;
 		if (c->dead || !inflight_stalled(c->inflight_bytes,
 						 c->oq_head || c->rx,
 						 now - c->progress_at))

@@ -2,7 +2,10 @@
 # SPDX-License-Identifier: MIT
 # Description: one bound on payload buffers in flight for the whole
 # process (--inflight-memory), and stalled clients cannot hold it.  bionbd
-# -t 1 --inflight-memory 64M --memory 0; client W sends a 32 MiB write
+# -t 1 --inflight-memory 64M --memory 0.  First, clients that hang up
+# while their 32 MiB reads wait (some with requests still unread in the
+# socket) are closed within 2.5 s, while the bound stays full (before, not
+# until room came).  Then client W sends a 32 MiB write
 # header and trickles its payload a byte at a time; then three clients
 # each send four 32 MiB reads and read no reply.  Without the bound they
 # pinned 3 x 128 MiB (RSS 387 MiB above the start); with it:
@@ -87,6 +90,73 @@ def stats():
         check=True, capture_output=True).stdout)
 
 
+def fill():
+    """F: 32 MiB held, unread, and a second 32 MiB read waiting, so every
+    32 MiB read queues behind it."""
+    f = connect_go(sock, structured=False)
+    f.send(b"".join(f.req_bytes(raw.CMD_READ, k, 0, 32 * MIB)
+                    for k in (1, 2)))
+    return f
+
+
+def wait_gone(n):
+    """Until n connections or fewer are open, at most 5 s."""
+    for _ in range(50):
+        if len(stats()["connections"]) <= n:
+            return
+        time.sleep(0.1)
+
+
+def hangups():
+    """Clients that give up while their requests wait for buffer room
+    leave: F holds 32 MiB (a read it does not read) and waits with a
+    second, so every 32 MiB read queues behind it; eight clients each
+    send one, four of them with 10000 more requests pipelined behind it,
+    more than the server reads at once (the socket stays readable), and
+    close.  Their connections are gone within 2.5 s, while F still holds
+    its buffers and nobody was let in or evicted (5 s away)."""
+    t0 = time.monotonic()
+    f = fill()
+    quitters = []
+    for i in range(8):
+        q = connect_go(sock, structured=False)
+        reqs = q.req_bytes(raw.CMD_READ, 1, 32 * MIB, 32 * MIB)
+        if i % 2:
+            reqs += b"".join(q.req_bytes(raw.CMD_READ, 2 + k, 0, 4096)
+                             for k in range(10000))
+        q.send(reqs)
+        quitters.append(q)
+    doc = stats()
+    for _ in range(20):
+        if doc["buffers"]["waits"] >= 9:
+            break
+        time.sleep(0.1)
+        doc = stats()
+    check(len(doc["connections"]) == 9 and doc["buffers"]["waits"] >= 9,
+          f"F and the eight do not all wait: {doc['buffers']}, "
+          f"{len(doc['connections'])} connections")
+    for q in quitters:
+        q.close()
+    t_close = time.monotonic()
+    while len(doc["connections"]) > 1 and time.monotonic() - t_close < 2.5:
+        time.sleep(0.1)
+        doc = stats()
+    took = time.monotonic() - t_close
+    log(f"{len(doc['connections'])} connections {took:.1f} s after "
+        f"the eight closed")
+    check(len(doc["connections"]) == 1,
+          f"{len(doc['connections']) - 1} of the eight clients that hung "
+          f"up are still connected {took:.1f} s later")
+    buf = doc["buffers"]
+    check(buf["inflight_bytes"] >= 32 * MIB and buf["evictions"] == 0 and
+          time.monotonic() - t0 < STALL_S,
+          f"the bound was not full all along: {buf}, "
+          f"{time.monotonic() - t0:.1f} s")
+    f.close()
+    wait_gone(0)
+
+
+hangups()
 b = nbd.NBD()
 b.connect_uri(os.environ["NBD_URI"])
 b.pwrite(b"\x11" * 4096, 0)
