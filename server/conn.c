@@ -60,6 +60,22 @@ static void conn_maybe_close(struct conn *c)
 		conn_mark_dirty(c);
 }
 
+/*
+ * @c's stash (unparsed bytes, tx_parse) becomes @b, @n bytes, counted in
+ * its worker's part of the bound for stashes (tx_read_size); the old one
+ * is freed.
+ */
+static void conn_stash_set(struct conn *c, uint8_t *b, size_t n)
+{
+	struct worker *w = c->w;
+
+	free(c->pend);
+	__atomic_store_n(&w->stash_bytes, w->stash_bytes - c->pend_len + n,
+			 __ATOMIC_RELAXED);
+	c->pend = b;
+	c->pend_len = n;
+}
+
 /* Only from conn_send_dirty: nothing else holds a pointer to @c then. */
 static void conn_free(struct conn *c)
 {
@@ -90,7 +106,7 @@ static void conn_free(struct conn *c)
 	free(c->tls_stage);
 	free(c->optdata);
 	free(c->obuf);
-	free(c->pend);
+	conn_stash_set(c, NULL, 0);
 	free(c);
 	srv_conn_gone(w->srv);
 	if (w->stopping && !w->conns)
@@ -132,9 +148,7 @@ static void conn_drop_input(struct conn *c)
 		req_free(c->rx, false);
 		c->rx = NULL;
 	}
-	free(c->pend);
-	c->pend = NULL;
-	c->pend_len = 0;
+	conn_stash_set(c, NULL, 0);
 }
 
 /* The socket is unusable: drop queued replies; bios in flight finish. */
@@ -650,9 +664,7 @@ static void tx_stash(struct conn *c, const uint8_t *p, size_t n)
 		return;
 	}
 	memcpy(b, p, n);
-	free(c->pend);
-	c->pend = b;
-	c->pend_len = n;
+	conn_stash_set(c, b, n);
 }
 
 static void tx_parse(struct conn *c, const uint8_t *p, size_t n)
@@ -703,6 +715,36 @@ static void tx_parse(struct conn *c, const uint8_t *p, size_t n)
 		tx_stash(c, p, n);
 }
 
+/*
+ * How much the next read into the worker's buffer may take.  What a read
+ * brings past a request that must wait is stashed (tx_parse), and stashes
+ * count under the bound, in their own part of the worker's share: with
+ * less room left there than a whole read, a read takes that room at most,
+ * or exactly the header or small payload under way, which leaves nothing
+ * behind.  So many connections paused at once read a request at a time,
+ * and each keeps a few bytes at most.
+ */
+static size_t tx_read_size(const struct conn *c)
+{
+	const struct worker *w = c->w;
+	const struct nbd_req *r = c->rx;
+	size_t exact = r ? r->len - r->have : NBD_REQUEST_BYTES - c->hdr_have;
+	size_t room = w->stash_bytes < w->stash_limit ?
+			      w->stash_limit - w->stash_bytes :
+			      0;
+
+	/*
+	 * While big writes stream in, a batch read would pull the next
+	 * payload's first 256 KiB through rbuf and cost a second copy of it;
+	 * the header alone lets the payload land in its buffer directly.
+	 */
+	if (c->big_writes && !r)
+		return exact;
+	if (room >= SRV_RBUF_BYTES)
+		return SRV_RBUF_BYTES;
+	return room > exact ? room : exact;
+}
+
 static void tx_read(struct conn *c)
 {
 	struct worker *w = c->w;
@@ -737,15 +779,7 @@ static void tx_read(struct conn *c)
 				continue;
 			}
 		} else {
-			/*
-			 * While big writes stream in, a batch read would pull
-			 * the next payload's first 256 KiB through rbuf and
-			 * cost a second copy of it; read the header alone so
-			 * the payload lands in its buffer directly.
-			 */
-			size_t want = c->big_writes && !r ?
-					      NBD_REQUEST_BYTES - c->hdr_have :
-					      SRV_RBUF_BYTES;
+			size_t want = tx_read_size(c);
 
 			n = conn_recv(c, w->rbuf, want);
 			if (n > 0) {
@@ -781,9 +815,11 @@ static void conn_take_pend(struct conn *c)
 {
 	if (c->pend) {
 		uint8_t *b = c->pend;
+		size_t n = c->pend_len;
 
-		c->pend = NULL;
-		tx_parse(c, b, c->pend_len);
+		c->pend = NULL; /* parsed below, then freed */
+		conn_stash_set(c, NULL, 0);
+		tx_parse(c, b, n);
 		free(b);
 		if (c->paused || c->dead || c->yielded)
 			return;

@@ -66,7 +66,11 @@ struct conn {
 	unsigned int hdr_have;
 	struct nbd_req *rx; /* receiving a write payload */
 	bool big_writes; /* last request was a big write: read headers alone */
-	uint8_t *pend; /* unparsed bytes while paused */
+	/*
+	 * Unparsed bytes while paused or yielded, counted in the worker's
+	 * stash part of the bound (conn_stash_set).
+	 */
+	uint8_t *pend;
 	size_t pend_len;
 	unsigned int inflight;
 	size_t inflight_bytes; /* relaxed stores: the statistics read it */

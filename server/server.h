@@ -47,11 +47,13 @@
  * SRV_MAX_INFLIGHT_BYTES), and never less than two of the largest request
  * a worker, whatever --inflight-memory says, so one can always run beside
  * the small requests' part (a SRV_INFLIGHT_SMALL_DIV-th of the share,
- * worker_lane).
+ * worker_lane) and the stashes' (a SRV_INFLIGHT_STASH_DIV-th,
+ * worker.stash_limit).
  */
 #define SRV_INFLIGHT_WORKER_DEFAULT_MIN (2ull * SRV_MAX_INFLIGHT_BYTES)
 #define SRV_INFLIGHT_WORKER_MIN (2 * (size_t)NBDL_MAX_PAYLOAD)
 #define SRV_INFLIGHT_SMALL_DIV 16
+#define SRV_INFLIGHT_STASH_DIV 32
 /*
  * While requests wait for buffer room, a connection that holds buffers
  * and whose client made no progress for SRV_STALL_S (read no

@@ -114,13 +114,13 @@ void srv_stats_conn_count(struct conn *c, uint16_t type, uint32_t len,
 }
 
 /*
- * Payload buffers in flight, all workers (--inflight-memory): the shares
- * as set (the bound in force), and the counts each worker writes with
- * relaxed stores.
+ * Payload buffers in flight and stashed bytes, all workers
+ * (--inflight-memory): the shares as set (the bound in force), and the
+ * counts each worker writes with relaxed stores.
  */
 static void buffers_json(FILE *f)
 {
-	uint64_t limit = 0, used = 0, waits = 0, evictions = 0;
+	uint64_t limit = 0, used = 0, waits = 0, evictions = 0, stash = 0;
 
 	for (unsigned int i = 0; i < stats_srv->nr_workers; i++) {
 		struct worker *w = &stats_srv->workers[i];
@@ -132,12 +132,15 @@ static void buffers_json(FILE *f)
 			waits += io_stats_read(&w->lanes[k].waits);
 		}
 		evictions += io_stats_read(&w->evictions);
+		limit += w->stash_limit;
+		stash += __atomic_load_n(&w->stash_bytes, __ATOMIC_RELAXED);
 	}
 	fprintf(f,
 		", \"buffers\": {\"limit_bytes\": %" PRIu64
 		", \"inflight_bytes\": %" PRIu64 ", \"waits\": %" PRIu64
-		", \"evictions\": %" PRIu64 "}",
-		limit, used, waits, evictions);
+		", \"evictions\": %" PRIu64 ", \"stash_bytes\": %" PRIu64
+		"}",
+		limit, used, waits, evictions, stash);
 }
 
 /* The open connections, oldest last: the document's "connections". */

@@ -166,8 +166,10 @@ int worker_init(struct worker *w, struct server *srv)
 	    srv->inflight_limit_bytes % srv->nr_workers)
 		share++;
 	assert(share >= SRV_INFLIGHT_WORKER_MIN);
+	w->stash_limit = share / SRV_INFLIGHT_STASH_DIV;
 	w->lanes[1].limit_bytes = share / SRV_INFLIGHT_SMALL_DIV;
-	w->lanes[0].limit_bytes = share - w->lanes[1].limit_bytes;
+	w->lanes[0].limit_bytes =
+		share - w->lanes[1].limit_bytes - w->stash_limit;
 	ev_async_init(&w->wake, worker_wake_cb);
 	ev_async_start(w->loop, &w->wake);
 	ev_timer_init(&w->grace, worker_grace_cb, SRV_SHUTDOWN_GRACE_S, 0.);

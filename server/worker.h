@@ -64,6 +64,13 @@ struct worker {
 	ev_idle room_idle; /* room came back: the next turn lets waiters in */
 	ev_timer stall;
 	uint64_t evictions; /* relaxed stores: the statistics read it */
+	/*
+	 * The share's part for bytes read past a request and kept unparsed
+	 * while its connection is paused or yielded (conn.pend), so that
+	 * paused connections cannot hold a read's worth each outside the
+	 * bound (tx_read_size); what they hold (relaxed stores, as above).
+	 */
+	size_t stash_limit, stash_bytes;
 
 	uint8_t *rbuf; /* shared receive buffer for request headers */
 	struct buf_cache bufs;

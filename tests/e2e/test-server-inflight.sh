@@ -5,7 +5,10 @@
 # -t 1 --inflight-memory 64M --memory 0.  First, clients that hang up
 # while their 32 MiB reads wait (some with requests still unread in the
 # socket) are closed within 2.5 s, while the bound stays full (before, not
-# until room came).  Then client W sends a 32 MiB write
+# until room came).  And 160 clients whose 32 MiB reads wait with 128 KiB
+# of requests behind them: what the server read of those and keeps counts
+# under the bound (buffers.stash_bytes within its 32nd, 2 MiB) and RSS
+# grows by less than 8 MiB (before: 20 MiB).  Then client W sends a 32 MiB write
 # header and trickles its payload a byte at a time; then three clients
 # each send four 32 MiB reads and read no reply.  Without the bound they
 # pinned 3 x 128 MiB (RSS 387 MiB above the start); with it:
@@ -156,7 +159,44 @@ def hangups():
     wait_gone(0)
 
 
+def stashes():
+    """What a waiting connection read past its request counts under the
+    bound: behind F, 160 clients each send a 32 MiB read with 128 KiB of
+    4 KiB reads pipelined behind it, which the server reads at once with
+    the header and keeps while the read waits.  The stashes stay within
+    their part of the share (1/32: 2 MiB), RSS grows by less than 8 MiB
+    (before: 128 KiB each, 20 MiB outside the bound)."""
+    waits = stats()["buffers"]["waits"]
+    f = fill()
+    clients = [connect_go(sock, structured=False) for _ in range(160)]
+    tail = b"".join(raw.Raw.req_bytes(raw.CMD_READ, 2 + k, 0, 4096)
+                    for k in range((128 << 10) // 28))
+    rss0 = rss_mib(pid)
+    for c in clients:
+        c.send(c.req_bytes(raw.CMD_READ, 1, 32 * MIB, 32 * MIB) + tail)
+    for _ in range(30):
+        doc = stats()
+        if doc["buffers"]["waits"] - waits >= 161:
+            break
+        time.sleep(0.1)
+    grown = rss_mib(pid) - rss0
+    buf = doc["buffers"]
+    log(f"RSS {grown:.1f} MiB more with 160 clients waiting; {buf}")
+    check(buf["waits"] - waits >= 161,
+          f"the 160 clients do not all wait: {buf}")
+    check(grown < 8, f"RSS grew {grown:.1f} MiB with 160 clients waiting")
+    check(0 < buf["stash_bytes"] <= 2 * MIB and
+          buf["limit_bytes"] == BOUND_MIB * MIB,
+          f"stashes {buf['stash_bytes']} bytes, over 2 MiB or none")
+    for c in clients:
+        c.close()
+    f.close()
+    wait_gone(0)
+    check(stats()["buffers"]["stash_bytes"] == 0, "stashes left")
+
+
 hangups()
+stashes()
 b = nbd.NBD()
 b.connect_uri(os.environ["NBD_URI"])
 b.pwrite(b"\x11" * 4096, 0)
