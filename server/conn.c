@@ -555,18 +555,23 @@ static unsigned int req_cost(const struct nbd_req *r)
 
 /*
  * @c waits for buffer room and reads nothing: has its client hung up?
- * The kernel says so whatever is still unread in the socket (POLLRDHUP:
- * the peer sends nothing more; POLLHUP, POLLERR: it is gone), so a
- * client that pipelined requests and closed is seen too, and under TLS,
- * whose bytes cannot be looked at without the session, the same holds:
- * a close_notify alone, with the socket open, is not a hang-up.  If so,
- * it is one as at EOF: the held request leaves the queue unanswered, the
- * requests started are answered if they can be, and the connection
- * closes.  Returns true if it hung up.
+ * The kernel tells, whatever is unread in the socket.  POLLHUP or
+ * POLLERR: the peer is gone both ways (closed, reset), no reply can reach
+ * it, and the connection fails.  POLLRDHUP alone: the peer sends nothing
+ * more but may still read, and it is a hang-up only if nothing it sent is
+ * left (the socket at EOF, no stash, no record in the TLS session): EOF
+ * right behind the held request, with no NBD_CMD_DISC, is a hard
+ * disconnect, and conn_drain leaves the held request unanswered and
+ * answers those started.  Bytes left could hold a DISC, after which the
+ * spec wants every request before it answered, so that client waits its
+ * turn.  Under TLS a peek sees only ciphertext: any bytes, a close_notify
+ * too, count as left.  Returns true if it hung up.
  */
 static bool conn_held_hangup(struct conn *c)
 {
 	struct pollfd p = { .fd = c->fd, .events = POLLRDHUP };
+	bool gone;
+	uint8_t b;
 	int n;
 
 	do
@@ -574,11 +579,15 @@ static bool conn_held_hangup(struct conn *c)
 	while (n < 0 && errno == EINTR);
 	if (n <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
 		return false;
+	gone = p.revents & (POLLHUP | POLLERR);
+	if (!gone && (c->pend || (c->tls && tls_pending(c->tls)) ||
+		      recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 0))
+		return false;
 	nbdl_log(NBDL_DEBUG,
 		 "connection %" PRIu64 " (%s): the client hung up while its "
 		 "request waited for buffer room",
 		 c->id, c->peer);
-	if (p.revents & POLLERR)
+	if (gone)
 		conn_fail(c);
 	else
 		conn_drain(c);
@@ -587,9 +596,9 @@ static bool conn_held_hangup(struct conn *c)
 
 /*
  * The read watcher of a held connection fired: a hang-up, or bytes (the
- * next requests) that stay unread until it is let in.  Those would fire
- * it every loop turn, so it stops; the stall tick looks again
- * (conn_evict_stalled).
+ * next requests, or a half-close behind them) that stay unread until it
+ * is let in.  Those would fire it every loop turn, so it stops; the stall
+ * tick looks again (conn_evict_stalled).
  */
 static void conn_held_readable(struct conn *c)
 {

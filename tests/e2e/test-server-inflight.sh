@@ -93,6 +93,7 @@ SERVER_PID=$SERVER_PID NBD_SOCK=$NBD_SOCK NBD_URI=$NBD_URI BIOCTL=$BIOCTL \
 import json
 import os
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -135,50 +136,74 @@ def wait_gone(n):
 
 def hangups():
     """Clients that give up while their requests wait for buffer room
-    leave: F holds 32 MiB (a read it does not read) and waits with a
-    second, so every 32 MiB read queues behind it; eight clients each
-    send one, four of them with more requests pipelined behind it than
-    the server reads at once (256 KiB, or a 16 KiB record under TLS), so
-    the socket stays readable, and close.  Their connections are gone within 2.5 s, while F still holds
-    its buffers and nobody was let in or evicted (5 s away)."""
+    leave; one that ends politely is answered.  F holds 32 MiB and waits
+    with a second read (fill), so every 32 MiB read queues behind it.
+    Then, each with a 32 MiB read: two clients close; two close with more
+    requests pipelined behind it than the server reads at once (256 KiB,
+    or a 16 KiB record under TLS), so the socket stays readable; two shut
+    their sending side right behind it (the socket's, with no close_notify
+    under TLS), a hard disconnect; and P sends NBD_CMD_DISC behind its
+    read and shuts its sending side.  The six are gone within 2.5 s, while
+    F still holds its buffers and nobody was let in or evicted (5 s away);
+    P stays, and once F closes, gets its read's reply, then EOF."""
     t0 = time.monotonic()
     f = fill()
     quitters = []
-    for i in range(8):
+    for i in range(6):
         q = connect_go(sock, structured=False)
         reqs = q.req_bytes(raw.CMD_READ, 1, 32 * MIB, 32 * MIB)
-        if i % 2:
+        if i in (2, 3):
             reqs += b"".join(q.req_bytes(raw.CMD_READ, 2 + k, 0, 4096)
                              for k in range(2000 if TLS else 10000))
         q.send(reqs)
         quitters.append(q)
+    p = connect_go(sock, structured=False)
+    p.note_read(1, 32 * MIB)
+    p.send(p.req_bytes(raw.CMD_READ, 1, 32 * MIB, 32 * MIB) +
+           p.req_bytes(raw.CMD_DISC, 2))
+    p.sock.shutdown(socket.SHUT_WR)  # under TLS, close_notify first
     doc = stats()
     for _ in range(20):
-        if doc["buffers"]["waits"] >= 9:
+        if doc["buffers"]["waits"] >= 8:
             break
         time.sleep(0.1)
         doc = stats()
-    check(len(doc["connections"]) == 9 and doc["buffers"]["waits"] >= 9,
-          f"F and the eight do not all wait: {doc['buffers']}, "
-          f"{len(doc['connections'])} connections")
-    for q in quitters:
-        q.close()
+    check(doc["buffers"]["waits"] >= 8,
+          f"F, the six and P do not all wait: {doc['buffers']}")
+    ids = {c["id"] for c in doc["connections"]}
+    f_id, p_id = min(ids), min(ids) + 7  # in accept order
+
+    def others():
+        return {c["id"] for c in doc["connections"]} - {f_id, p_id}
+
+    for i, q in enumerate(quitters):
+        if i in (4, 5):
+            getattr(q.sock, "raw", q.sock).shutdown(socket.SHUT_WR)
+        else:
+            q.close()
     t_close = time.monotonic()
-    while len(doc["connections"]) > 1 and time.monotonic() - t_close < 2.5:
+    while others() and time.monotonic() - t_close < 2.5:
         time.sleep(0.1)
         doc = stats()
     took = time.monotonic() - t_close
-    log(f"{len(doc['connections'])} connections {took:.1f} s after "
-        f"the eight closed")
-    check(len(doc["connections"]) == 1,
-          f"{len(doc['connections']) - 1} of the eight clients that hung "
-          f"up are still connected {took:.1f} s later")
+    log(f"{len(others())} of the six still connected {took:.1f} s after "
+        f"they hung up")
+    check(not others(), f"{len(others())} of the six clients that hung up "
+          f"are still connected {took:.1f} s later")
+    check(p_id in {c["id"] for c in doc["connections"]},
+          "P, which sent NBD_CMD_DISC behind its read, was closed")
     buf = doc["buffers"]
     check(buf["inflight_bytes"] >= 32 * MIB and buf["evictions"] == 0 and
           time.monotonic() - t0 < STALL_S,
           f"the bound was not full all along: {buf}, "
           f"{time.monotonic() - t0:.1f} s")
     f.close()
+    r = p.reply()
+    check(r.cookie == 1 and not r.error and len(r.data) == 32 * MIB,
+          f"P's read after its DISC: {r}")
+    p.expect_closed("P after its DISC")
+    for q in [p] + quitters[4:]:
+        q.close()
     wait_gone(0)
 
 
