@@ -242,9 +242,7 @@ static void conn_stop(struct conn *c)
 		n -= NBD_REQUEST_BYTES;
 		skip = payload;
 	}
-	free(c->pend);
-	c->pend = NULL;
-	c->pend_len = 0;
+	conn_stash_set(c, NULL, 0);
 	c->hdr_have = 0;
 	conn_maybe_close(c);
 }
