@@ -27,6 +27,9 @@
 #define REBUILD_STEP (1u << 20)
 #define REBUILD_CHECKPOINT_S 1.0
 #define REBUILD_REPORT_S 10.0
+/* A rebuilt role whose record failed: tried again after 1, 2, 4... 30 s. */
+#define REBUILD_RECORD_RETRY_MIN_S 1u
+#define REBUILD_RECORD_RETRY_MAX_S 30u
 
 
 static int rb_io(struct target *t, unsigned int opf, uint64_t off, void *buf,
@@ -215,8 +218,14 @@ static void copy_done(struct mirror_target *mt)
 	pthread_mutex_unlock(&mt->lock);
 }
 
-/* Rebuild member @m from its checkpoint on. */
-static void rebuild_member(struct mirror_target *mt, unsigned int m)
+/*
+ * Rebuild member @m from its checkpoint on.  0 when it is active and
+ * recorded so; else -errno, with @unrecorded set when every byte is
+ * copied and synced but no member took the record (its checkpoint then
+ * stands at the end, so the next try, in @retry_s, only records).
+ */
+static int rebuild_member(struct mirror_target *mt, unsigned int m,
+			  unsigned int retry_s, bool *unrecorded)
 {
 	uint64_t bytes, x, redone = 0, start_x;
 	double t0 = engine_now_s(), saved = t0, told = t0;
@@ -224,12 +233,13 @@ static void rebuild_member(struct mirror_target *mt, unsigned int m)
 	void *buf = NULL;
 	int err = 0;
 
+	*unrecorded = false;
 	if (mirror_member_bytes(&mt->g, mt->t.size_bytes, &bytes) ||
 	    posix_memalign(&buf, 4096, REBUILD_STEP)) {
 		target_notice(TARGET_NOTICE_ERROR,
 			      "volume '%s': rebuild of role %u: out of memory",
 			      mt->t.name, m);
-		return;
+		return -ENOMEM;
 	}
 	pthread_mutex_lock(&mt->lock);
 	start_x = x = mt->checkpoint[m];
@@ -237,11 +247,12 @@ static void rebuild_member(struct mirror_target *mt, unsigned int m)
 	mt->rb.copy_member = m;
 	mt->rb.copied = x;
 	pthread_mutex_unlock(&mt->lock);
-	target_notice(TARGET_NOTICE_INFO,
-		      "volume '%s': rebuilding member %s (role %u) from %" PRIu64
-		      " of %" PRIu64 " MiB",
-		      mt->t.name, mt->members[m]->name, m, x >> 20,
-		      bytes >> 20);
+	if (x < bytes) /* else copied already: only its record failed */
+		target_notice(TARGET_NOTICE_INFO,
+			      "volume '%s': rebuilding member %s (role %u) "
+			      "from %" PRIu64 " of %" PRIu64 " MiB",
+			      mt->t.name, mt->members[m]->name, m, x >> 20,
+			      bytes >> 20);
 	while (x < bytes) {
 		uint64_t n;
 		double now;
@@ -284,9 +295,11 @@ static void rebuild_member(struct mirror_target *mt, unsigned int m)
 	free(buf);
 	if (err == -EINTR)
 		(void)record_progress(mt, m, x); /* stopping: resume here */
-	if (err || rb_flush(mt, m)) {
+	if (!err)
+		err = rb_flush(mt, m);
+	if (err) {
 		copy_done(mt);
-		return;
+		return err;
 	}
 	pthread_mutex_lock(&mt->lock);
 	/* The statistics go from copied to active at once. */
@@ -297,23 +310,40 @@ static void rebuild_member(struct mirror_target *mt, unsigned int m)
 		for (unsigned int i = 0; i < mt->g.nr_members; i++)
 			state[i] = atomic_load(&mt->state[i]);
 		state[m] = MIRROR_ACTIVE;
-		mt->checkpoint[m] = 0;
+		/*
+		 * Copied and synced: until the record says active, the
+		 * checkpoint says so (statistics, the next try, and any
+		 * other record of the role table meanwhile), so a record
+		 * that fails costs a record again, not the whole copy.
+		 */
+		mt->checkpoint[m] = bytes;
 		err = mt->hooks.record ?
 			      mt->hooks.record(mt->hooks.arg, state,
 					       mt->checkpoint,
 					       mt->g.nr_members) :
 			      0;
-		if (!err)
+		if (!err) {
+			mt->checkpoint[m] = 0;
 			atomic_store_explicit(&mt->state[m], MIRROR_ACTIVE,
 					      memory_order_release);
+		}
 	}
 	pthread_mutex_unlock(&mt->lock);
 	if (err) {
 		target_notice(TARGET_NOTICE_ERROR,
 			      "volume '%s': role %u rebuilt but not recorded "
-			      "(%s): it stays rebuilding",
-			      mt->t.name, m, strerror(-err));
-		return;
+			      "(%s): it stays rebuilding, copied in full; "
+			      "recording it again in %u s",
+			      mt->t.name, m, strerror(-err), retry_s);
+		*unrecorded = true;
+		return err;
+	}
+	if (start_x >= bytes) {
+		target_notice(TARGET_NOTICE_INFO,
+			      "volume '%s': member %s (role %u) rebuilt and "
+			      "now recorded active",
+			      mt->t.name, mt->members[m]->name, m);
+		return 0;
 	}
 	target_notice(TARGET_NOTICE_INFO,
 		      "volume '%s': member %s (role %u) rebuilt: %" PRIu64
@@ -324,6 +354,24 @@ static void rebuild_member(struct mirror_target *mt, unsigned int m)
 		      (double)(bytes - start_x) / 1e6 /
 			      (engine_now_s() - t0 > 1e-6 ? engine_now_s() - t0 : 1e-6),
 		      redone);
+	return 0;
+}
+
+/*
+ * Under the lock: wait @secs before recording a rebuilt role again, or
+ * until the mirror stops.  Kicks meanwhile (other members' faults) do not
+ * cut it short: the superblocks that just failed get time to come back.
+ */
+static void record_retry_wait(struct mirror_target *mt, unsigned int secs)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += secs;
+	while (!mt->rb.stop &&
+	       pthread_cond_timedwait(&mt->rb.cond, &mt->lock, &until) !=
+		       ETIMEDOUT)
+		;
 }
 
 /* Under the lock: a member to rebuild, or one a spare may replace. */
@@ -382,8 +430,9 @@ static void *rebuild_main(void *arg)
 	struct mirror_target *mt = arg;
 	struct ioq *q = NULL; /* made at the first work: an idle mirror's
 			       * thread holds no ring */
-	bool takeover;
-	int m;
+	bool takeover, unrecorded;
+	unsigned int retry_s = REBUILD_RECORD_RETRY_MIN_S;
+	int m, err;
 
 	pthread_mutex_lock(&mt->lock);
 	while (!mt->rb.stop) {
@@ -408,7 +457,17 @@ static void *rebuild_main(void *arg)
 			}
 			ioq_set_current(q);
 		}
-		rebuild_member(mt, (unsigned int)m);
+		err = rebuild_member(mt, (unsigned int)m, retry_s, &unrecorded);
+		if (unrecorded) {
+			pthread_mutex_lock(&mt->lock);
+			record_retry_wait(mt, retry_s);
+			retry_s = retry_s * 2 > REBUILD_RECORD_RETRY_MAX_S ?
+					  REBUILD_RECORD_RETRY_MAX_S :
+					  retry_s * 2;
+			continue;
+		}
+		if (!err)
+			retry_s = REBUILD_RECORD_RETRY_MIN_S;
 		/*
 		 * Still rebuilding and not stopping: it failed for good (no
 		 * readable copy somewhere).  Out of service, and no spare

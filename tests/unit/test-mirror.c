@@ -106,6 +106,13 @@ struct hook_log {
 	atomic_uint bitmap_writes, syncs;
 	_Atomic uint8_t bits[64];
 	bool fail_record;
+	/*
+	 * Fail this many records more; the first one failed also writes
+	 * 0x55 over the first 4 KiB of the data of member file
+	 * @scribble_path, behind the mirror's back, to see a copy redone.
+	 */
+	unsigned int fail_records;
+	const char *scribble_path;
 	unsigned int progress;
 	uint64_t last_checkpoint[MAXN];
 	char spare_path[PATH_MAX + 16];
@@ -122,6 +129,21 @@ static int hook_record(void *arg, const uint8_t *state,
 
 	h->records++;
 	memcpy(h->last_state, state, nr);
+	if (h->fail_records) {
+		h->fail_records--;
+		if (h->scribble_path) {
+			unsigned char junk[4096];
+			int fd = open(h->scribble_path, O_WRONLY);
+
+			memset(junk, 0x55, sizeof(junk));
+			CHECK(fd >= 0);
+			CHECK_EQ(pwrite(fd, junk, sizeof(junk), DOFF),
+				 (ssize_t)sizeof(junk));
+			close(fd);
+			h->scribble_path = NULL;
+		}
+		return -EIO;
+	}
 	return h->fail_record ? -EIO : 0;
 }
 
@@ -633,6 +655,40 @@ static void case_rebuild_flush(void)
 	printf("rebuild flush: ok\n");
 }
 
+/*
+ * A rebuilt role whose record (active) fails stays rebuilding, copied in
+ * full: the statistics say so, the record is tried again, and the copy is
+ * not redone (what was scribbled over its first block after the copy
+ * stays there).
+ */
+static void case_rebuild_record_retry(void)
+{
+	uint8_t state[2] = { MIRROR_ACTIVE, MIRROR_REBUILDING };
+	struct target_member_state ms[2];
+	unsigned char buf[4096];
+	struct fixture f;
+
+	fixture_setup_state(&f, 2, 2, 4u << 20, state, NULL);
+	fill(&f, 0, 4u << 20, 51);
+	f.hooks.fail_records = 1;
+	f.hooks.scribble_path = f.path[1];
+	target_start(f.t);
+	for (int i = 0; i < 1000 && f.hooks.fail_records; i++)
+		usleep(10000);
+	CHECK_EQ(f.hooks.fail_records, 0);
+	CHECK_EQ(target_member_states(f.t, ms, 2), 2);
+	CHECK_EQ(ms[1].state, TARGET_MEMBER_REBUILDING);
+	CHECK_EQ(ms[1].rebuilt, ms[1].bytes);
+	wait_active(&f, 1);
+	CHECK_EQ(f.hooks.records, 2);
+	CHECK_EQ(f.hooks.last_state[1], MIRROR_ACTIVE);
+	member_pread(&f, 1, buf, sizeof(buf), DOFF);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		CHECK_EQ(buf[i], 0x55);
+	fixture_teardown(&f);
+	printf("rebuild record retry: ok\n");
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -731,6 +787,7 @@ int main(void)
 	case_fast_zero();
 	case_rebuild_resume();
 	case_rebuild_flush();
+	case_rebuild_record_retry();
 	case_rebuild_progress();
 	case_spare_takeover(2, 2);
 	case_spare_takeover(4, 2);
