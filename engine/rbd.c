@@ -286,7 +286,15 @@ static const struct rbd_path_opt {
 	{ "immutable_object_cache_sock", false },
 };
 
-/* Ceph spells an option's '_' as ' ' or '-' as well (admin-socket). */
+/*
+ * Ceph spells an option's '_' as ' ' or '-' as well (admin-socket, "mon
+ * host"): one option, whichever spelling.  Its own spelling is '_'.
+ */
+static char opt_char(char c)
+{
+	return c == '-' || c == ' ' ? '_' : c;
+}
+
 static const struct rbd_path_opt *path_opt(const char *key, size_t len)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(rbd_path_opts); i++) {
@@ -294,8 +302,7 @@ static const struct rbd_path_opt *path_opt(const char *key, size_t len)
 		size_t j;
 
 		for (j = 0; j < len && n[j]; j++)
-			if (key[j] != n[j] &&
-			    !(n[j] == '_' && (key[j] == '-' || key[j] == ' ')))
+			if (opt_char(key[j]) != n[j])
 				break;
 		if (j == len && !n[j])
 			return &rbd_path_opts[i];
@@ -381,7 +388,11 @@ int rbd_member_absolute(const char *member, const char *dir, char **out)
 	return memstream_end(f, &buf, 0, out);
 }
 
-/* Append "@key=@value" as a line of s->opts, unless @key is there. */
+/*
+ * Append "@key=@value" as a line of s->opts, the key in Ceph's own
+ * spelling, unless that key is there: mon_host and mon-host are one
+ * option, which Ceph would set twice, the last one winning unseen.
+ */
 static int spec_add_opt(struct rbd_spec *s, const char *key, const char *value)
 {
 	size_t klen = strlen(key), old = s->opts ? strlen(s->opts) : 0;
@@ -389,7 +400,11 @@ static int spec_add_opt(struct rbd_spec *s, const char *key, const char *value)
 	char *o;
 
 	for (const char *l = s->opts; l; n++) {
-		if (!strncmp(l, key, klen) && l[klen] == '=')
+		size_t j = 0;
+
+		while (j < klen && l[j] == opt_char(key[j]))
+			j++;
+		if (j == klen && l[klen] == '=')
 			return -EEXIST;
 		l = strchr(l, '\n');
 		l = l ? l + 1 : NULL;
@@ -400,6 +415,8 @@ static int spec_add_opt(struct rbd_spec *s, const char *key, const char *value)
 	if (!o)
 		return -ENOMEM;
 	sprintf(o + old, "%s%s=%s", old ? "\n" : "", key, value);
+	for (size_t j = 0; j < klen; j++)
+		o[old + !!old + j] = opt_char(key[j]);
 	s->opts = o;
 	return 0;
 }

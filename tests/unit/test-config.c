@@ -15,7 +15,10 @@
  * 4096-byte limit on export names (4096 accepted, 4097 refused) and
  * descriptions.  And conf_export_value_absolute: member paths, the local
  * files of NBD URIs (percent-encoded) and RBD names ('\:'), and a rule's
- * file= joined to a directory, everything else kept as written.
+ * file= joined to a directory, everything else kept as written.  And an
+ * RBD member's Ceph options, one option in any of Ceph's spellings
+ * (mon_host, mon-host, "mon host"), refused when given twice (no cluster
+ * needed: the name is read before anything is loaded).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -28,6 +31,7 @@
 #include <unistd.h>
 
 #include <bionbd/config.h>
+#include <bionbd/target.h>
 
 #include "unit.h"
 
@@ -577,6 +581,31 @@ static void test_absolute(void)
 	check_abs("description", "a b", "/d", "a b");
 }
 
+/* @member is refused at once, its message naming @opt (KEY=VALUE). */
+static void check_rbd_repeated(const char *member, const char *opt)
+{
+	char msg[512], want[128];
+	uint64_t size = 0;
+
+	msg[0] = '\0';
+	CHECK_EQ(rbd_probe(member, 1000, &size, msg, sizeof(msg)), -EINVAL);
+	snprintf(want, sizeof(want), "repeated option '%s'", opt);
+	if (!strstr(msg, want)) {
+		fprintf(stderr, "%s: got '%s', want '%s'\n", member, msg, want);
+		abort();
+	}
+}
+
+static void test_rbd_options(void)
+{
+	check_rbd_repeated("rbd:p/i:mon_host=a:mon_host=b", "mon_host=b");
+	check_rbd_repeated("rbd:p/i:mon_host=a:mon-host=b", "mon-host=b");
+	check_rbd_repeated("rbd:p/i:mon-host=a:mon host=b", "mon host=b");
+	check_rbd_repeated("rbd:p/i:rbd_cache=false:id=x:rbd-cache=true",
+			   "rbd-cache=true");
+	check_rbd_repeated("rbd:p/i:keyring=a:keyring=b", "keyring=b");
+}
+
 int main(void)
 {
 	test_good();
@@ -586,6 +615,7 @@ int main(void)
 	test_files();
 	test_example();
 	test_absolute();
+	test_rbd_options();
 	printf("test-config: ok\n");
 	return 0;
 }
