@@ -311,9 +311,41 @@ static const struct rbd_path_opt *path_opt(const char *key, size_t len)
 }
 
 /*
+ * Does the item [@s, @end) start with a Ceph metavariable that expands
+ * to a name, not a directory ("$cluster.keyring" is "ceph.keyring",
+ * relative)?  Ceph expands it when it opens the file, long after the
+ * daemon went to /, so @dir goes in front of it as of any relative path
+ * and Ceph still expands the rest ("/etc/bionbd/$cluster.keyring").
+ * $data_dir, $home and option names ($run_dir) expand to paths: kept.
+ */
+static bool meta_relative(const char *s, const char *end)
+{
+	static const char *const names[] = { "cluster", "type", "name",
+					     "host",    "num",  "id",
+					     "pid",     "cctid" };
+	const char *v = s + 1;
+	bool brace;
+	size_t len = 0;
+
+	if (*s != '$')
+		return false;
+	brace = v < end && *v == '{';
+	v += brace;
+	while (v + len < end && (v[len] == '_' || (v[len] >= 'a' &&
+						   v[len] <= 'z')))
+		len++;
+	if (brace && (v + len >= end || v[len] != '}'))
+		return false;
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		if (strlen(names[i]) == len && !memcmp(v, names[i], len))
+			return true;
+	return false;
+}
+
+/*
  * Write the value [@v, @end) (as written in the member: '\' escapes) with
  * each relative path in it joined to @dir.  Absolute paths stay, and so
- * do those Ceph expands itself: "$run_dir/...", "~/...".
+ * do those Ceph expands to a path itself: "$run_dir/...", "~/...".
  */
 static void path_value_absolute(FILE *f, const char *v, const char *end,
 				bool list, const char *dir)
@@ -329,7 +361,8 @@ static void path_value_absolute(FILE *f, const char *v, const char *end,
 					     (*v == '\\' && v + 1 < end &&
 					      (v[1] == ',' || v[1] == ';')))))
 			v += v[0] == '\\' && v + 1 < end ? 2 : 1;
-		if (v > item && !strchr("/$~", *item)) {
+		if (v > item && (!strchr("/$~", *item) ||
+				 meta_relative(item, v))) {
 			size_t n = strlen(dir);
 
 			while (v - item > 2 && item[0] == '.' && item[1] == '/')

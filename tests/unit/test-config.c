@@ -569,6 +569,20 @@ static void test_absolute(void)
 			  "keyfile=k",
 		  "/d:e", "rbd:p/i:admin_socket=$run_dir/$name.asok:"
 			  "keyfile=/d\\:e/k");
+	/*
+	 * A metavariable that Ceph expands to a name, not a directory, is
+	 * relative: joined like any relative path, Ceph expanding the rest.
+	 */
+	check_abs("file", "rbd:p/i:keyring=$cluster.keyring:id=a", "/d:e",
+		  "rbd:p/i:keyring=/d\\:e/$cluster.keyring:id=a");
+	check_abs("file", "rbd:p/i:keyring=${cluster}.$name.keyring,"
+			  "/etc/ceph/k:log_file=$name-$pid.log",
+		  "/d", "rbd:p/i:keyring=/d/${cluster}.$name.keyring,"
+			"/etc/ceph/k:log_file=/d/$name-$pid.log");
+	check_abs("file", "rbd:p/i:conf=$data_dir/c.conf;$home/c.conf:"
+			  "admin_socket=$run_dir/a.asok:keyfile=$unknown/k",
+		  "/d", "rbd:p/i:conf=$data_dir/c.conf;$home/c.conf:"
+			"admin_socket=$run_dir/a.asok:keyfile=$unknown/k");
 	check_abs("file", "rbd:p/i:rbd_cache_policy=writeback", "/d",
 		  "rbd:p/i:rbd_cache_policy=writeback");
 
