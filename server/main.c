@@ -1341,7 +1341,44 @@ struct run_as {
 	bool set;
 	const char *user; /* NULL: -g alone */
 	unsigned int uid, gid;
+	/* USER's supplementary groups: read once, for us and --run's child. */
+	gid_t *groups;
+	int nr_groups;
 };
+
+static bool user_name(const struct run_as *ra, char *buf, size_t len);
+
+/*
+ * USER's supplementary groups (initgroups' list), also when USER was
+ * given as a number; -g alone, or a number the user database does not
+ * know: the group alone.  None of root's either way.
+ */
+static void run_as_groups(struct run_as *ra)
+{
+	char name[256];
+	int n = 16;
+
+	for (;;) {
+		int got = n;
+
+		free(ra->groups);
+		ra->groups = calloc((size_t)n, sizeof(*ra->groups));
+		if (!ra->groups)
+			die("out of memory");
+		if (!user_name(ra, name, sizeof(name))) {
+			ra->groups[0] = ra->gid;
+			ra->nr_groups = 1;
+			return;
+		}
+		if (getgrouplist(name, ra->gid, ra->groups, &got) >= 0) {
+			ra->nr_groups = got;
+			return;
+		}
+		if (got <= n) /* no larger size to try: not a full list */
+			die_setting("user", "its groups cannot be read");
+		n = got;
+	}
+}
 
 static void run_as_resolve(const struct srv_options *o, struct run_as *ra)
 {
@@ -1358,6 +1395,7 @@ static void run_as_resolve(const struct srv_options *o, struct run_as *ra)
 	if (geteuid() != 0)
 		die_setting(o->user ? "user" : "group",
 			    "bionbd must be started as root to change user");
+	run_as_groups(ra);
 }
 
 /*
@@ -1379,17 +1417,10 @@ static bool user_name(const struct run_as *ra, char *buf, size_t len)
 	return true;
 }
 
-/*
- * USER's supplementary groups, also when USER was given as a number;
- * none of root's either way.
- */
+/* USER's supplementary groups (run_as_groups). */
 static int set_groups(const struct run_as *ra)
 {
-	gid_t gid = ra->gid;
-	char name[256];
-
-	if (user_name(ra, name, sizeof(name)) ? initgroups(name, gid) :
-						setgroups(1, &gid))
+	if (setgroups((size_t)ra->nr_groups, ra->groups))
 		return -errno;
 	return 0;
 }
@@ -1438,8 +1469,8 @@ out:
  * descriptors stay usable), root goes for good.  What we made that is
  * removed at exit is handed over first, so that it can be where the
  * directory lets USER (a sticky /tmp, a directory USER owns).  Nothing
- * after this refuses the start but a failed --run (fork): whatever the
- * start made stays then, where USER may not remove it.
+ * after this refuses the start: --run's command was forked before, as
+ * root, and took USER's ids itself.
  */
 static void drop_privileges(const struct run_as *ra, const char *socket,
 			    const char *pidfile, const char *stats)
@@ -1662,6 +1693,35 @@ int main(int argc, char **argv)
 
 	if (cl.pidfile)
 		write_pidfile(cl.pidfile);
+	/*
+	 * Forked while root: as USER, a fork could fail (USER at its
+	 * process limit, counting our threads) after the start made
+	 * members, grew files or a trace that only root can take back.  It
+	 * runs once the server serves (run_go).
+	 */
+	if (cl.run) {
+		struct run_addr ra = {
+			.socket = o.socket,
+			.host = o.listen ? o.listen : SRV_DEFAULT_LISTEN,
+			.port = o.port ? o.port : SRV_DEFAULT_PORT,
+			.export_name = srv.exports[0].name,
+			.tls = srv.tls_mode == SRV_TLS_REQUIRE,
+		};
+		struct run_creds rc = {
+			.set = run_as.set,
+			.set_uid = run_as.user != NULL,
+			.uid = run_as.uid,
+			.gid = run_as.gid,
+			.groups = run_as.groups,
+			.nr_groups = (size_t)run_as.nr_groups,
+		};
+
+		if (o.socket && !o.listen && !o.port)
+			ra.host = ra.port = NULL;
+		r = run_start(loop, cl.run, &ra, &rc, run_done);
+		if (r)
+			die("--run: %s", strerror(-r));
+	}
 	drop_privileges(&run_as, o.socket, cl.pidfile, o.stats_file);
 	log_startup(conf ? conf->exports : &cmdline_export, &o, activated);
 	log_inflight_raised(&o);
@@ -1672,27 +1732,10 @@ int main(int argc, char **argv)
 	rbd_wait_connecting();
 	if (ready_fd >= 0)
 		detach_stdio(ready_fd);
-	if (cl.run) {
-		struct run_addr ra = {
-			.socket = o.socket,
-			.host = o.listen ? o.listen : SRV_DEFAULT_LISTEN,
-			.port = o.port ? o.port : SRV_DEFAULT_PORT,
-			.export_name = srv.exports[0].name,
-			.tls = srv.tls_mode == SRV_TLS_REQUIRE,
-		};
+	if (cl.run)
+		run_go();
 
-		if (o.socket && !o.listen && !o.port)
-			ra.host = ra.port = NULL;
-		r = run_start(loop, cl.run, &ra, run_done);
-		if (r)
-			die("--run: %s", strerror(-r));
-	}
-
-	/*
-	 * Serving: the members made are the volumes' for good.  (A daemon's
-	 * parent was told so by detach_stdio, but --run, the one failure
-	 * since, is never a daemon's.)
-	 */
+	/* Serving: the members made are the volumes' for good. */
 	die_unmakes = false;
 	nbdl_exports_keep(srv.exports, srv.nr_exports);
 	ev_run(loop, 0);
@@ -1713,6 +1756,7 @@ int main(int argc, char **argv)
 	srv_tls_free(srv.tls);
 	conf_free(conf);
 	srv_options_release(&o);
+	free(run_as.groups);
 	if (cl.pidfile)
 		unlink(cl.pidfile);
 	listeners_close(loop);

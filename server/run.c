@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * run.c - captive mode (run.h).  The environment is built before the fork:
- * the server has threads, so the child may only call what is safe after
- * fork() in a threaded process, and execve() with a ready array is.
+ * run.c - captive mode (run.h).  The environment and the command's ids
+ * are ready before the fork: the server has threads, so the child may
+ * only call what is safe after fork() in a threaded process (execve()
+ * with a ready array, setgroups/setgid/setuid, read, write).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -153,42 +156,126 @@ bool run_running(void)
 	return ev_is_active(&child);
 }
 
+/*
+ * In the child: take @c (only calls safe after fork in a threaded
+ * process: the group list was read before).  0 or an errno.
+ */
+static int child_creds(const struct run_creds *c)
+{
+	if (!c || !c->set)
+		return 0;
+	if (setgroups(c->nr_groups, c->groups) || setgid(c->gid) ||
+	    (c->set_uid && setuid(c->uid)))
+		return errno;
+	/* A setuid that did not take must not run the command as root. */
+	if (c->set_uid && c->uid != 0 && (setuid(0) == 0 || geteuid() == 0))
+		return EPERM;
+	return 0;
+}
+
+/* The write end of the pipe the child waits on until run_go. */
+static int go_fd = -1;
+
+/*
+ * The child: its own group, USER's ids at once (while the server is
+ * still root, so USER's process limit, counted without the server's
+ * threads, lets it exist), the result to @status, then wait for @go.
+ */
+static void __attribute__((noreturn))
+child_main(char *const argv[], char *const env[],
+	   const struct run_creds *creds, int status, int go)
+{
+	sigset_t none;
+	int e;
+	char c;
+	ssize_t n;
+
+	if (own_group)
+		setpgid(0, 0);
+	e = child_creds(creds);
+	if (e) {
+		(void)!write(status, &e, sizeof(e));
+		_exit(126);
+	}
+	close(status); /* EOF: the parent goes on */
+	while ((n = read(go, &c, 1)) < 0 && errno == EINTR)
+		;
+	if (n != 1)
+		_exit(127); /* the server's start failed */
+	/* The command gets the signal state a shell would. */
+	sigemptyset(&none);
+	signal(SIGPIPE, SIG_DFL);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	execve("/bin/sh", argv, env);
+	_exit(127);
+}
+
 int run_start(struct ev_loop *loop, const char *cmd, const struct run_addr *a,
+	      const struct run_creds *creds,
 	      void (*done)(struct ev_loop *loop, int status))
 {
 	char *argv[] = { "sh", "-c", (char *)cmd, NULL };
+	int go[2] = { -1, -1 }, st[2] = { -1, -1 }, e = 0, r = 0;
 	size_t mine;
 	char **env = run_env(a, &mine);
-	sigset_t none;
+	ssize_t n;
 	pid_t pid;
 
 	if (!env)
 		return -ENOMEM;
-	sigemptyset(&none);
+	if (pipe2(go, O_CLOEXEC) || pipe2(st, O_CLOEXEC)) {
+		r = -errno;
+		goto out;
+	}
 	own_group = !isatty(STDIN_FILENO);
 	pid = fork();
 	if (pid < 0) {
-		env_free(env, mine);
-		return -errno;
+		r = -errno;
+		goto out;
 	}
 	if (pid == 0) {
-		if (own_group)
-			setpgid(0, 0);
-		/* The command gets the signal state a shell would. */
-		signal(SIGPIPE, SIG_DFL);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		execve("/bin/sh", argv, env);
-		_exit(127);
+		close(go[1]);
+		close(st[0]);
+		child_main(argv, env, creds, st[1], go[0]);
 	}
 	/* Both sides: whichever runs first, a signal finds the group. */
 	if (own_group)
 		setpgid(pid, pid);
-	env_free(env, mine);
+	close(st[1]);
+	st[1] = -1;
+	while ((n = read(st[0], &e, sizeof(e))) < 0 && errno == EINTR)
+		;
+	if (n != 0) {
+		r = n == (ssize_t)sizeof(e) ? -e : -EIO;
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		goto out;
+	}
+	go_fd = go[1];
+	go[1] = -1;
 	child_done = done;
 	child_loop = loop;
 	ev_child_init(&child, child_cb, pid, 0);
 	ev_child_start(loop, &child);
-	return 0;
+out:
+	for (int i = 0; i < 2; i++) {
+		if (go[i] >= 0)
+			close(go[i]);
+		if (st[i] >= 0)
+			close(st[i]);
+	}
+	env_free(env, mine);
+	return r;
+}
+
+void run_go(void)
+{
+	/* A child gone meanwhile gets EPIPE here; its watcher says so. */
+	if (go_fd >= 0) {
+		(void)!write(go_fd, "g", 1);
+		close(go_fd);
+		go_fd = -1;
+	}
 }
 
 static void run_kill(int sig)

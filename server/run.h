@@ -8,6 +8,7 @@
 #define BIONBD_RUN_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include <ev.h>
 
@@ -27,16 +28,38 @@ struct run_addr {
  */
 char *run_uri(const struct run_addr *a);
 
+/* Who the command runs as (-u/-g), resolved before the fork. */
+struct run_creds {
+	bool set; /* false: as the server */
+	bool set_uid; /* false: -g alone */
+	uid_t uid;
+	gid_t gid;
+	const gid_t *groups; /* supplementary groups */
+	size_t nr_groups;
+};
+
 /**
- * run_start - start "/bin/sh -c @cmd" with $uri, $unixsocket, $port and
+ * run_start - fork "/bin/sh -c @cmd" with $uri, $unixsocket, $port and
  * $exportname (nbdkit's names) set for @a, and every other variable of
- * ours; on @loop (the default loop, which alone sees children) @done is
- * called once it has exited, with the status the server should exit with:
- * its exit status, or 128 + the signal that killed it.  Returns 0 or
- * -errno.
+ * ours, as @creds says (NULL: as the server), but run it only at
+ * run_go(): called while the server may still refuse its start as root,
+ * so that no fork is left to fail after root went, with what the start
+ * made and only root could take back.  On @loop (the default loop, which
+ * alone sees children) @done is called once it has exited, with the
+ * status the server should exit with: its exit status, or 128 + the
+ * signal that killed it.  Returns 0 or -errno (the fork, or the child
+ * could not take @creds).
  */
 int run_start(struct ev_loop *loop, const char *cmd, const struct run_addr *a,
+	      const struct run_creds *creds,
 	      void (*done)(struct ev_loop *loop, int status));
+
+/**
+ * run_go - the server serves: the command forked by run_start runs now.
+ * A server that exits before this call never runs it (the child sees
+ * its pipe close and exits).
+ */
+void run_go(void);
 
 /** run_running - the command was started and has not exited yet. */
 bool run_running(void);

@@ -8,7 +8,8 @@
 # takes the user's group, also given as a number (a user whose primary
 # group is not its uid's number: that group and its supplementary groups,
 # as by name).  --run's command runs as the user and the
-# private socket directory is still removed.  An unknown user or group,
+# private socket directory is still removed; it runs also where the
+# user is at its process limit (forked while root).  An unknown user or group,
 # -u when not started as root, and --stats in a directory the user cannot
 # write are one line and exit 1 (and leave no socket or pidfile, nor the
 # members and trace file the start made, where only root could remove
@@ -100,6 +101,25 @@ out=$(timeout 60 "$BIONBD" -u nobody --run 'id -u; nbdinfo --size "$uri"' \
 check_sanitizer_log "$tmp/run.log"
 [[ $out == $'65534\n33554432' ]] || die "--run -u nobody said: $out"
 [[ $(private_dirs) == "$before" ]] || die "--run -u left $(private_dirs) behind"
+
+log "--run -u nobody at nobody's process limit: the command still runs"
+# The command is forked while the server is root (exempt from the limit)
+# and takes nobody's ids at once, before the server's threads count as
+# nobody's: forked after root went, it failed (EAGAIN), and the start was
+# refused leaving the member it made, which only root could remove.
+if [[ -z $(ps -u 65534 -o pid= 2>/dev/null) ]] && command -v prlimit >/dev/null; then
+    mkdir -m 0755 "$tmp/nproc"
+    # The threads backend: io_uring's kernel workers would count too.  No
+    # leak check: its thread could not start under the limit either.
+    out=$(ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+        timeout 60 prlimit --nproc=1 "$BIONBD" -u nobody --backend threads \
+        --size 4M --run 'echo "ran as $exportname."' "$tmp/nproc/n0" \
+        2>"$tmp/run.log") || die "--run -u nobody, nproc 1: $(cat "$tmp/run.log")"
+    check_sanitizer_log "$tmp/run.log"
+    [[ $out == "ran as ." ]] || die "--run -u nobody, nproc 1 said: $out"
+else
+    log "nobody runs processes here, or no prlimit: skipped"
+fi
 
 log "-u NUMBER: the user of that number, with its own groups"
 # A user whose primary group is not the group of its uid's number (the
