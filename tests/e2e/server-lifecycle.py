@@ -267,21 +267,39 @@ def unstarted():
     per-connection limit) and the rest wait, read, behind them, on A
     with writes and a write whose payload is half sent; on C, 32 MiB
     reads fill the worker's --inflight-memory share and the next waits
-    for buffer room.  Each connection's requests go in one send, small
-    enough to reach the server at once.  Then SIGTERM: the started reads
-    are answered with their data, every other request the server read
-    gets NBD_ESHUTDOWN (proto.md: a server shutting down SHOULD serve
-    what is in flight, and errors it gives for it SHOULD be ESHUTDOWN),
-    and none is left unanswered."""
+    for buffer room; on D, sent after C's, a 32 KiB write waits for
+    buffer room too, its whole payload read and kept in the connection's
+    stash, with reads, a write and a flush behind it there (none of D's
+    starts).  Each connection's requests go in one send, small enough to
+    reach the server at once.  Then SIGTERM: the started reads are
+    answered with their data, every other request the server read gets
+    NBD_ESHUTDOWN (proto.md: a server shutting down SHOULD serve what is
+    in flight, and errors it gives for it SHOULD be ESHUTDOWN), and none
+    is left unanswered."""
     sock = os.environ["NBD_SOCK"]
     pid = int(os.environ["SERVER_PID"])
     conns = {}
     try:
         for name, structured, reads, rlen, writes in (
                 ("A", True, 300, BLOCK, 3), ("B", False, 300, BLOCK, 0),
-                ("C", True, 5, 32 * M, 0)):
+                ("C", True, 5, 32 * M, 0), ("D", True, 3, BLOCK, 1)):
             c = raw.connect_go(sock, structured=structured, timeout=30)
             blob = b""
+            if name == "D":
+                # After C's reads took the share, whichever connection
+                # the worker reads first: this write must wait for room.
+                time.sleep(0.3)
+                blob += c.req_bytes(raw.CMD_WRITE, 0, 56 * M, 32 * K,
+                                    payload=b"d" * (32 * K))
+                for j in range(1, reads + 1):
+                    blob += c.req_bytes(raw.CMD_READ, j, j * BLOCK, BLOCK)
+                    c.note_read(j, BLOCK)
+                blob += c.req_bytes(raw.CMD_WRITE, reads + 1, 57 * M, 512,
+                                    payload=b"e" * 512)
+                blob += c.req_bytes(raw.CMD_FLUSH, reads + 2)
+                c.send(blob)
+                conns[name] = (c, 0, reads + 3)
+                continue
             for j in range(reads):
                 blob += c.req_bytes(raw.CMD_READ, j, j * rlen % (32 * M),
                                     rlen)
@@ -311,9 +329,10 @@ def unstarted():
                   f"{len(got)}: {sorted(set(range(total)) - set(got))[:8]} "
                   f"... left without a reply")
             ok = [k for k in range(total) if got[k] == 0]
-            check(ok == list(range(len(ok))) and 0 < len(ok) < reads,
+            check(ok == list(range(len(ok))) and
+                  (0 < len(ok) < reads if reads else not ok),
                   f"{name}: requests served {ok[:8]}...: not the first "
-                  f"few reads")
+                  f"few reads" if reads else f"{name}: served {ok[:8]}")
             check(all(got[k] == raw.ESHUTDOWN for k in range(len(ok), total)),
                   f"{name}: errors {sorted(set(got.values()))}, expected "
                   f"only NBD_ESHUTDOWN ({raw.ESHUTDOWN})")

@@ -10,7 +10,9 @@
 # exits 0, and a client still negotiating then gets NBD_REP_ERR_SHUTDOWN
 # for its options and an ACK for its ABORT.  SIGTERM while requests the
 # server read wait to start (behind the per-connection limit, or for
-# buffer room): they get NBD_ESHUTDOWN, the started ones their data.  Daemon mode (no -f): returns once serving, pidfile written,
+# buffer room, a read or a write whose payload sits whole in the stash
+# with requests behind it): they get NBD_ESHUTDOWN, the started ones their
+# data.  Daemon mode (no -f): returns once serving, pidfile written,
 # SIGTERM removes socket and pidfile.  --help and --version; a mistyped
 # option or a missing argument: getopt's line and "Try 'bionbd --help'.",
 # exit 1.  Config errors (missing member, stripe size not a power of two,
