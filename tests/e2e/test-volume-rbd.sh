@@ -553,9 +553,12 @@ assert h.pread(4096, 4096) == b"bio!" * 1024
 PY
 stop_server
 # No configuration file at all: the monitors as a Ceph option in the name
-# (qemu's spelling, '\:' for a colon in a value).
+# (qemu's spelling, '\:' for a colon in a value), in another of Ceph's
+# spellings (mon-host), and the keyring named through a metavariable,
+# joined to the start directory, where Ceph expands it (ceph.keyring).
 mon=$(sed -n 's/^mon_host = //p' "$conf")
-noconf="rbd:rbd/s0:mon_host=${mon//:/\\:}:id=bio:keyring=$tmp/bio.keyring"
+cp bio.keyring ceph.keyring
+noconf="rbd:rbd/s0:mon-host=${mon//:/\\:}:id=bio:keyring=\$cluster.keyring"
 [[ ! -e /etc/ceph/ceph.conf ]] || die "/etc/ceph/ceph.conf exists: the case needs none"
 start_server "$noconf"
 NBD_URI=$NBD_URI nbdpy - <<'PY' || die "I/O with mon_host= and no configuration file"
@@ -587,6 +590,8 @@ server_refuses_once rbd:rbd/s0:colour=blue
 expect_grep "member rbd:rbd/s0:colour=blue: colour: not a Ceph option" "$SERVER_ERR"
 server_refuses_once "rbd:rbd/s0:mon_host=a:mon_host=b"
 expect_grep "repeated option 'mon_host=b'" "$SERVER_ERR"
+server_refuses_once "rbd:rbd/s0:mon_host=a:mon host=b"
+expect_grep "repeated option 'mon host=b'" "$SERVER_ERR"
 server_refuses_once "rbd:rbd/s0:key=AQBgh1FnAAAAABAAq6TMjsJCcVPpTlHaJvb8Kg=="
 expect_grep "key= would show the secret in logs and process lists: give it in a keyring= file" "$SERVER_ERR"
 server_refuses_once --size 1G rbd:rbd/s0 rbd:rbd/s1
