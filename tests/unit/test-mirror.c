@@ -111,7 +111,7 @@ struct hook_log {
 	 * 0x55 over the first 4 KiB of the data of member file
 	 * @scribble_path, behind the mirror's back, to see a copy redone.
 	 */
-	unsigned int fail_records;
+	atomic_uint fail_records;
 	const char *scribble_path;
 	unsigned int progress;
 	uint64_t last_checkpoint[MAXN];
