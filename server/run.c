@@ -190,6 +190,19 @@ child_main(char *const argv[], char *const env[],
 	char c;
 	ssize_t n;
 
+	/*
+	 * The server's handlers are no use here, and one run while waiting
+	 * would poke the server's loop and leave this child waiting on: a
+	 * stopping signal now ends it, as it did when exec came at once.
+	 */
+	for (int s = 1; s < NSIG; s++) {
+		struct sigaction sa;
+
+		if (s != SIGKILL && s != SIGSTOP && !sigaction(s, NULL, &sa) &&
+		    !(sa.sa_flags & SA_SIGINFO) && sa.sa_handler != SIG_IGN &&
+		    sa.sa_handler != SIG_DFL)
+			signal(s, SIG_DFL);
+	}
 	if (own_group)
 		setpgid(0, 0);
 	e = child_creds(creds);
