@@ -21,6 +21,7 @@
 
 #include <bionbd/fault.h>
 #include <bionbd/path.h>
+#include <bionbd/plural.h>
 #include <bionbd/size.h>
 
 #include "internal.h"
@@ -641,9 +642,10 @@ void fault_set_put(struct fault_set *set)
 		if (r->fired)
 			target_notice(TARGET_NOTICE_INFO,
 				      "%s rule %u (%s): fired %" PRIu64
-				      " times in %" PRIu64 " matching bios",
+				      " time%s in %" PRIu64 " matching bio%s",
 				      fault_kind_name(r->kind), r->index,
-				      r->text, r->fired, r->matched);
+				      r->text, r->fired, plural(r->fired),
+				      r->matched, plural(r->matched));
 		pthread_mutex_destroy(&r->lock);
 		rule_release(r);
 	}

@@ -22,6 +22,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <bionbd/plural.h>
+
 #include "mirror.h"
 
 #define REBUILD_STEP (1u << 20)
@@ -347,13 +349,13 @@ static int rebuild_member(struct mirror_target *mt, unsigned int m,
 	}
 	target_notice(TARGET_NOTICE_INFO,
 		      "volume '%s': member %s (role %u) rebuilt: %" PRIu64
-		      " MiB in %.1f s (%.0f MB/s), %" PRIu64 " steps redone "
+		      " MiB in %.1f s (%.0f MB/s), %" PRIu64 " step%s redone "
 		      "after client writes",
 		      mt->t.name, mt->members[m]->name, m,
 		      (bytes - start_x) >> 20, engine_now_s() - t0,
 		      (double)(bytes - start_x) / 1e6 /
 			      (engine_now_s() - t0 > 1e-6 ? engine_now_s() - t0 : 1e-6),
-		      redone);
+		      redone, plural(redone));
 	return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include <bionbd/mdev.h>
+#include <bionbd/plural.h>
 #include <bionbd/superblock.h>
 #include <bionbd/target.h>
 
@@ -164,15 +165,16 @@ static int sb_check(const struct superblock *sb, char *why, size_t whylen)
 	}
 	if (!sb->nr_roles || sb->nr_roles > SB_MAX_ROLES ||
 	    sb->role >= sb->nr_roles) {
-		snprintf(why, whylen, "role %u of %u members is out of range",
-			 sb->role, sb->nr_roles);
+		snprintf(why, whylen, "role %u of %u member%s is out of range",
+			 sb->role, sb->nr_roles, plural(sb->nr_roles));
 		return -EINVAL;
 	}
 	if (sb->level == SB_LEVEL_RAID0 ? sb->copies != 0 :
 	    sb->nr_roles < 2 || sb->copies < 2 || sb->copies > sb->nr_roles ||
 	    (sb->level == SB_LEVEL_RAID1 && sb->copies != sb->nr_roles)) {
-		snprintf(why, whylen, "%u copies on %u members: not a %s "
-			 "volume", sb->copies, sb->nr_roles,
+		snprintf(why, whylen, "%u cop%s on %u member%s: not a %s "
+			 "volume", sb->copies, sb->copies == 1 ? "y" : "ies",
+			 sb->nr_roles, plural(sb->nr_roles),
 			 sb_level_name(sb->level));
 		return -EINVAL;
 	}
@@ -829,9 +831,10 @@ int sb_assemble(const char *const *paths, unsigned int n,
 
 			sb_uuid_format(out->sb.roles[role].uuid, u);
 			snprintf(why, whylen,
-				 "volume '%s' has %u members: role %u (member "
+				 "volume '%s' has %u member%s: role %u (member "
 				 "%s) is missing",
-				 out->sb.name, out->sb.nr_roles, role, u);
+				 out->sb.name, out->sb.nr_roles,
+				 plural(out->sb.nr_roles), role, u);
 			r = -EINVAL;
 			goto out;
 		}
@@ -867,8 +870,9 @@ int sb_assemble(const char *const *paths, unsigned int n,
 	}
 	if (n > out->nr + nr_absent) {
 		/* Cannot happen: more given than roles means a role twice. */
-		snprintf(why, whylen, "volume '%s' has %u members, %u given",
-			 out->sb.name, out->sb.nr_roles, n);
+		snprintf(why, whylen, "volume '%s' has %u member%s, %u given",
+			 out->sb.name, out->sb.nr_roles,
+			 plural(out->sb.nr_roles), n);
 		r = -EINVAL;
 		goto out;
 	}

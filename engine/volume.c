@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <bionbd/mdev.h>
+#include <bionbd/plural.h>
 #include <bionbd/superblock.h>
 
 #include "internal.h"
@@ -547,9 +548,10 @@ static int default_size(const struct volume_config *cfg,
 				   &size) ||
 	    size > (uint64_t)INT64_MAX)
 		return verr(errbuf, errlen, -EFBIG,
-			    "member %s: %llu bytes, times %u members is more than %lld bytes; give a smaller size",
+			    "member %s: %llu bytes, times %u member%s is more than %lld bytes; give a smaller size",
 			    cfg->members[small],
 			    (unsigned long long)m[small].size_bytes, n,
+			    plural(n),
 			    (long long)INT64_MAX);
 	return 0;
 }
@@ -651,11 +653,11 @@ static int volume_superblocks(const struct volume_config *cfg,
 
 		if (given + cfg->nr_spares < active)
 			return verr(errbuf, errlen, -EINVAL,
-				    "volume '%s': %u members given, %u active "
+				    "volume '%s': %u member%s given, %u active "
 				    "in its superblocks (role %u is not there): "
 				    "name them all, or start it degraded "
 				    "(--degraded, degraded = true)",
-				    name, given, active,
+				    name, given, plural(given), active,
 				    left == SB_ROLE_NONE ? 0 : left);
 	}
 	return 0;

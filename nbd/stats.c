@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <bionbd/nbdl.h>
+#include <bionbd/plural.h>
 
 /* Members an export can have: roles, and a spare or two in service. */
 #define STATS_MAX_CHILDREN 80
@@ -218,10 +219,11 @@ static void log_object(const char *what, struct io_stats *st)
 			errs += o->errors[e];
 		len += (size_t)snprintf(line + len, sizeof(line) - len,
 					" %s %" PRIu64 " (%" PRIu64
-					" bytes, %" PRIu64 " errors, p50 %" PRIu64
+					" bytes, %" PRIu64 " error%s, p50 %" PRIu64
 					" us, p99 %" PRIu64 " us);",
 					nbdl_op_name((enum req_op)op),
 					o->requests, o->bytes, errs,
+					plural(errs),
 					io_stats_percentile(o, 0.5) / 1000,
 					io_stats_percentile(o, 0.99) / 1000);
 	}

@@ -47,6 +47,7 @@
 #include <bionbd/ioq.h>
 #include <bionbd/nbdl.h>
 #include <bionbd/path.h>
+#include <bionbd/plural.h>
 #include <bionbd/size.h>
 #include <bionbd/target.h>
 #include <bionbd/trace.h>
@@ -345,11 +346,11 @@ static void trace_finish(void)
 		nbdkit_error("trace=%s: %s: the trace is incomplete", trace_path,
 			     strerror(-r));
 	if (lost)
-		nbdkit_error("trace=%s: %" PRIu64 " events lost (the buffers "
+		nbdkit_error("trace=%s: %" PRIu64 " event%s lost (the buffers "
 			     "were full; a larger trace-buffer= keeps them)",
-			     trace_path, lost);
-	nbdkit_debug("trace=%s: %" PRIu64 " events written, %" PRIu64
-		     " lost", trace_path, written, lost);
+			     trace_path, lost, plural(lost));
+	nbdkit_debug("trace=%s: %" PRIu64 " event%s written, %" PRIu64
+		     " lost", trace_path, written, plural(written), lost);
 }
 
 /*
@@ -738,9 +739,10 @@ static int get_ready(void)
 		geoms[i].data_offset = exports[i].info.data_offset;
 	}
 	for (i = 0; i < n; i++)
-		nbdkit_debug("export '%s': %u members, stripe %" PRIu64
+		nbdkit_debug("export '%s': %u member%s, stripe %" PRIu64
 			     ", %" PRIu64 " bytes%s, backend %s%s%s%s",
 			     exports[i].name, defs[i].nr_members,
+			     plural(defs[i].nr_members),
 			     exports[i].info.chunk_bytes, exports[i].size_bytes,
 			     exports[i].readonly ? ", read-only" : "",
 			     ioq_backend_name(backend),

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <bionbd/config.h>
+#include <bionbd/plural.h>
 
 #include "listener.h"
 #include "worker.h"
@@ -93,9 +94,9 @@ static bool conn_slot(void)
 	srv_conn_gone(server);
 	if (!logged_full) {
 		nbdl_log(NBDL_ERROR,
-			 "%u connections: refusing new clients until some "
+			 "%u connection%s: refusing new clients until some "
 			 "leave (--max-connections)",
-			 server->max_conns);
+			 server->max_conns, plural(server->max_conns));
 		logged_full = true;
 	}
 	return false;

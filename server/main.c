@@ -27,6 +27,7 @@
 #include <bionbd/config.h>
 #include <bionbd/nbdl.h>
 #include <bionbd/path.h>
+#include <bionbd/plural.h>
 #include <bionbd/trace.h>
 
 #include "listener.h"
@@ -327,9 +328,9 @@ static void trace_finish(const char *path)
 		nbdl_log(NBDL_ERROR, "trace %s: %s: the trace is incomplete",
 			 path, strerror(-r));
 	nbdl_log(lost ? NBDL_ERROR : NBDL_INFO,
-		 "trace %s: %" PRIu64 " events written, %" PRIu64
+		 "trace %s: %" PRIu64 " event%s written, %" PRIu64
 		 " lost%s",
-		 path, written, lost,
+		 path, written, plural(written), lost,
 		 lost ? " (the buffers were full: a larger --trace-buffer "
 			"keeps them)" :
 			"");
@@ -677,13 +678,14 @@ static void log_startup(const struct conf_export *defs,
 		size_text(e->info.chunk_bytes, chunk, sizeof(chunk));
 		if (e->info.level)
 			snprintf(layout, sizeof(layout),
-				 "%s, %u copies, %u members, chunk %s",
+				 "%s, %u copies, %u member%s, chunk %s",
 				 e->info.level == 1 ? "raid1" : "raid10",
-				 e->info.copies, e->info.nr_members, chunk);
+				 e->info.copies, e->info.nr_members,
+				 plural(e->info.nr_members), chunk);
 		else
 			snprintf(layout, sizeof(layout),
-				 "%u members, stripe %s", e->info.nr_members,
-				 chunk);
+				 "%u member%s, stripe %s", e->info.nr_members,
+				 plural(e->info.nr_members), chunk);
 		if (e->info.superblocks)
 			snprintf(volume, sizeof(volume),
 				 ", volume '%s' (%s)", e->info.name,
@@ -703,7 +705,8 @@ static void log_startup(const struct conf_export *defs,
 	}
 	if (activated)
 		snprintf(where, sizeof(where),
-			 "%d sockets passed by the service manager", activated);
+			 "%d socket%s passed by the service manager", activated,
+			 plural((uint64_t)activated));
 	else if (o->socket && !o->listen && !o->port)
 		snprintf(where, sizeof(where), "unix socket %s", o->socket);
 	else
@@ -714,9 +717,9 @@ static void log_startup(const struct conf_export *defs,
 			 o->port ? o->port : SRV_DEFAULT_PORT);
 	size_text(srv.inflight_limit_bytes, inflight, sizeof(inflight));
 	nbdl_log(NBDL_INFO,
-		 "serving on %s; %u workers, buffers in flight up to %s, "
+		 "serving on %s; %u worker%s, buffers in flight up to %s, "
 		 "backend %s, TLS %s%s%s (pid %d)",
-		 where, srv.nr_workers, inflight, ioq_backend_name(srv.backend),
+		 where, srv.nr_workers, plural(srv.nr_workers), inflight, ioq_backend_name(srv.backend),
 		 srv_tls_mode_name(srv.tls_mode),
 		 srv.tls_mode && o->tls_psk ? ", PSK" : "",
 		 srv.tls_mode && o->tls_certificates ? ", X.509" : "",

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include <bionbd/nbdl.h>
+#include <bionbd/plural.h>
 #include <bionbd/size.h>
 #include <bionbd/trace.h>
 
@@ -213,8 +214,9 @@ static int trace_read(struct trace *t)
 				fprintf(stderr,
 					"bioctl trace: %s: corrupt at byte "
 					"%zu (a name longer than its record); "
-					"showing the %zu events before it\n",
-					t->path, off, t->nr_events);
+					"showing the %zu event%s before it\n",
+					t->path, off, t->nr_events,
+					plural(t->nr_events));
 				t->damage = 2;
 				break;
 			}
@@ -665,9 +667,10 @@ static int summary(const struct trace *t, struct reqs *rs,
 
 		strftime(ts, sizeof(ts), "%Y-%m-%d %H:%M:%S UTC",
 			 gmtime(&when));
-		printf("\n%s: pid %" PRIu32 ", started %s; %zu events, %" PRIu64
+		printf("\n%s: pid %" PRIu32 ", started %s; %zu event%s, %" PRIu64
 		       " lost%s\n",
-		       t->path, t->hdr.pid, ts, t->nr_events, t->lost,
+		       t->path, t->hdr.pid, ts, t->nr_events,
+		       plural(t->nr_events), t->lost,
 		       t->damage == 2 ? "; corrupt, read up to the damage" :
 		       t->damage == 1 ? "; truncated" :
 		       !t->ended ? "; no end record (still being written, "

@@ -73,6 +73,7 @@
 
 #include <bionbd/config.h>
 #include <bionbd/mdev.h>
+#include <bionbd/plural.h>
 #include <bionbd/superblock.h>
 #include <bionbd/target.h>
 
@@ -395,8 +396,8 @@ static int write_superblocks(struct mdev *const *md, char **paths, int n,
 				    paths[i], strerror(-r));
 	}
 	sb_uuid_format(sb.volume_uuid, u);
-	printf("%s volume '%s' (%s): %s, %d members", verb, sb.name, u,
-	       sb_level_name(sb.level), n);
+	printf("%s volume '%s' (%s): %s, %d member%s", verb, sb.name, u,
+	       sb_level_name(sb.level), n, plural((uint64_t)n));
 	if (sb.copies)
 		printf(", %u copies", sb.copies);
 	printf(", stripe %" PRIu64 ", size %" PRIu64 ", data offset %" PRIu64
@@ -1150,8 +1151,8 @@ static int check_data(char **paths, const struct sb_volume *v, uint64_t from)
 	}
 	progress_show(&p, true);
 	if (bad) {
-		printf("%" PRIu64 " unreadable bytes in %" PRIu64 " ranges\n",
-		       bad, bad_ranges);
+		printf("%" PRIu64 " unreadable bytes in %" PRIu64 " range%s\n",
+		       bad, bad_ranges, plural(bad_ranges));
 		rc = 1;
 	} else {
 		printf("volume '%s': superblocks consistent, %" PRIu64
@@ -1364,13 +1365,14 @@ static int check_mirror(char **paths, const struct sb_volume *v,
 	}
 	progress_show(&p, true);
 	if (mc->bad) {
-		printf("%" PRIu64 " unreadable bytes in %" PRIu64 " ranges\n",
-		       mc->bad, mc->bad_ranges);
+		printf("%" PRIu64 " unreadable bytes in %" PRIu64 " range%s\n",
+		       mc->bad, mc->bad_ranges, plural(mc->bad_ranges));
 		rc = 1;
 	}
 	if (mc->diff) {
-		printf("%" PRIu64 " mismatching bytes in %" PRIu64 " ranges%s\n",
-		       mc->diff, mc->diff_ranges, repair ? ", repaired" : "");
+		printf("%" PRIu64 " mismatching bytes in %" PRIu64 " range%s%s\n",
+		       mc->diff, mc->diff_ranges, plural(mc->diff_ranges),
+		       repair ? ", repaired" : "");
 		if (!repair)
 			rc = 1;
 	}
@@ -1650,8 +1652,9 @@ static int do_convert(const struct convert_opts *o, char **paths, int n)
 		    saved.pos > member_bytes) {
 			fail("member %s holds the checkpoint of another "
 			     "conversion (stripe %" PRIu64 ", size %" PRIu64
-			     ", %u members): resume it with the same arguments",
-			     paths[0], saved.chunk, saved.size, saved.nr);
+			     ", %u member%s): resume it with the same arguments",
+			     paths[0], saved.chunk, saved.size, saved.nr,
+			     plural(saved.nr));
 			goto out;
 		}
 		c = saved;

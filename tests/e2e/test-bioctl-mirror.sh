@@ -191,7 +191,7 @@ rc=0
 "$BIOCTL" check d0 d1 d2 >out 2>err || rc=$?
 [[ $rc -eq 1 ]] || die "check of a corrupted copy: exit $rc $(cat out err)"
 expect_grep "^mismatch: volume offset $((37 * C + 8192)) length 4096: role 0 differs from role 2$" out
-expect_grep "^4096 mismatching bytes in 1 ranges$" out
+expect_grep "^4096 mismatching bytes in 1 range$" out
 [[ $(grep -c '^mismatch' out) -eq 1 ]] || die "more than one mismatch: $(cat out)"
 
 log "check --repair: refused while a member is locked"
@@ -205,7 +205,7 @@ fi
 log "check --repair: rewritten from the first copy, then clean"
 "$BIOCTL" check --repair d0 d1 d2 >out 2>err || die "repair: exit $? $(cat out err)"
 expect_grep "^mismatch: volume offset $((37 * C + 8192)) length 4096: role 0 differs from role 2, repaired$" out
-expect_grep "^4096 mismatching bytes in 1 ranges, repaired$" out
+expect_grep "^4096 mismatching bytes in 1 range, repaired$" out
 layout same 3 2 $((15 << 20)) d0 d1 d2 37 || die "chunk 37 not repaired"
 "$BIOCTL" check d0 d1 d2 >out 2>err || die "check after repair: exit $? $(cat out err)"
 expect_no_grep mismatch out

@@ -148,7 +148,7 @@ in_namespace() {
     wait_nbd "nbd://$listen/disk" "$pid" "$ns/a.log" "activated ${cmd[*]}"
     expect_size "nbd://$listen/disk" $((16 << 30))
     expect_size "nbd://$listen/" $((16 << 30))
-    expect_grep 'sockets passed by the service manager' "$ns/a.log"
+    expect_grep 'serving on 1 socket passed by the service manager;' "$ns/a.log"
     for i in 0 1 2 3; do
         [[ -f /var/lib/bionbd/disk-$i.img ]] ||
             die "member /var/lib/bionbd/disk-$i.img not created"

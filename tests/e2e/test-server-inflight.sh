@@ -378,6 +378,6 @@ grep -c "closed: it held" "$SERVER_LOG" | {
     ((n >= 2)) || die "$n eviction lines in the log, expected 2 or more"
 }
 stop_bionbd
-expect_grep "; 1 workers, buffers in flight up to 64M, " "$SERVER_LOG"
+expect_grep "; 1 worker, buffers in flight up to 64M, " "$SERVER_LOG"
 expect_no_grep "warning: " "$SERVER_LOG"
 log "PASS"

@@ -43,7 +43,7 @@ stop_bionbd
 expect_grep "^bionbd: export '': 8388608 bytes, volume '' \([-0-9a-f]+\), raid1, 2 copies, 2 members, chunk 1M, data offset 1M: $tmp/g0, $tmp/g1\$" "$SERVER_LOG"
 start_bionbd --stripe-size 1G --size 1G "$tmp/g2"
 stop_bionbd
-expect_grep "^bionbd: export '': 1073741824 bytes, 1 members, stripe 1G: $tmp/g2\$" "$SERVER_LOG"
+expect_grep "^bionbd: export '': 1073741824 bytes, 1 member, stripe 1G: $tmp/g2\$" "$SERVER_LOG"
 rm -f "$tmp/g0" "$tmp/g1" "$tmp/g2"
 
 log "-v: debug lines"

@@ -194,6 +194,11 @@ check(h.pread(65536, 4 << 20) == b"\x5a" * 65536, "read back")
 PY
 grep -q 'marked faulty' "$SERVER_LOG" || die "member 1 not marked faulty"
 stop_server
+# Once faulty the member takes no more writes: the rule fired once, and
+# says so in the singular.
+if [[ $SERVER == bionbd ]]; then
+    expect_grep "fault rule 1 \(member=1 op=write\): fired 1 time in [0-9]+ matching bios?$" "$SERVER_LOG"
+fi
 
 # --- bad rules ----------------------------------------------------------------
 fresh_members

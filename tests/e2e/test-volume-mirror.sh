@@ -312,10 +312,10 @@ rm rs0
 # Named alone, a member of a complete mirror is most likely a typo: it
 # would record the other faulty.  Said in one line; --degraded means it.
 server_refuses_once rs2
-expect_grep "volume '[^']*': 1 members given, 2 active in its superblocks \(role 0 is not there\): .*--degraded" "$SERVER_ERR"
+expect_grep "volume '[^']*': 1 member given, 2 active in its superblocks \(role 0 is not there\): .*--degraded" "$SERVER_ERR"
 # Read-only too: the member alone may be the one the other recorded stale.
 server_refuses_once -r rs2
-expect_grep "volume '[^']*': 1 members given, 2 active in its superblocks \(role 0 is not there\): .*--degraded" "$SERVER_ERR"
+expect_grep "volume '[^']*': 1 member given, 2 active in its superblocks \(role 0 is not there\): .*--degraded" "$SERVER_ERR"
 start_server --degraded rs2
 nbdcopy "$NBD_URI" back || die "nbdcopy out of the rebuilt member alone"
 stop_server
@@ -546,7 +546,7 @@ write_at0 7
 wait_role_active 1 tk2 "the spare did not take role 1" tk0 tk2
 stop_server
 server_refuses_once tk0 tk1
-expect_grep "volume '[^']*': 1 members given, 2 active in its superblocks \(role 1 is not there\)" "$SERVER_ERR"
+expect_grep "volume '[^']*': 1 member given, 2 active in its superblocks \(role 1 is not there\)" "$SERVER_ERR"
 # The replaced member as a spare: its superblock is refused, rightly named.
 server_refuses_once --spare tk1 tk0 tk2
 expect_grep "spare (.*/)?tk1: a former member of volume '[^']*', replaced in role 1" "$SERVER_ERR"
