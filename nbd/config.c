@@ -137,11 +137,11 @@ void conf_export_release(struct conf_export *e)
 /*
  * Append @path to a member or spare list (@key names it in messages).
  * Only the spelling is compared here; volume_open() compares the files
- * themselves (symlinks, hard links) before creating anything.
+ * themselves (symlinks, hard links) before creating anything, and says
+ * "given twice" as this does: one mistake, one wording.
  */
-static int path_list_add(const char *key, const char *noun, char ***list,
-			 unsigned int *nr, const char *path, char *errbuf,
-			 size_t errlen)
+static int path_list_add(const char *key, char ***list, unsigned int *nr,
+			 const char *path, char *errbuf, size_t errlen)
 {
 	char **v;
 	unsigned int i;
@@ -152,9 +152,7 @@ static int path_list_add(const char *key, const char *noun, char ***list,
 	}
 	for (i = 0; i < *nr; i++) {
 		if (!strcmp((*list)[i], path)) {
-			set_err(errbuf, errlen,
-				"%s=%s: the same %s is listed twice", key, path,
-				noun);
+			set_err(errbuf, errlen, "%s=%s: given twice", key, path);
 			return -EINVAL;
 		}
 	}
@@ -206,11 +204,11 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 	bool b;
 
 	if (!strcmp(key, "file"))
-		return path_list_add(key, "member", &e->members,
-				     &e->nr_members, value, errbuf, errlen);
+		return path_list_add(key, &e->members, &e->nr_members, value,
+				     errbuf, errlen);
 	if (!strcmp(key, "spare"))
-		return path_list_add(key, "spare", &e->spares, &e->nr_spares,
-				     value, errbuf, errlen);
+		return path_list_add(key, &e->spares, &e->nr_spares, value,
+				     errbuf, errlen);
 
 	if (!strcmp(key, "fault") || !strcmp(key, "delay"))
 		return fault_add(e, key, value, errbuf, errlen);

@@ -137,7 +137,7 @@ if [[ $SERVER == bionbd ]]; then
     stop_server
     # The command line's spelling in its messages, not the config's.
     server_refuses_once "$1" "$1"
-    expect_grep "^bionbd: member (.*/)?$1: the same member is listed twice$" "$SERVER_ERR"
+    expect_grep "^bionbd: member (.*/)?$1: given twice$" "$SERVER_ERR"
 fi
 start_server "$@"
 if [[ $SERVER == bionbd ]]; then

@@ -597,7 +597,7 @@ expect_grep "key= would show the secret in logs and process lists: give it in a 
 server_refuses_once --size 1G rbd:rbd/s0 rbd:rbd/s1
 expect_grep "rbd:rbd/s0: 16777216 bytes, size 1073741824 needs" "$SERVER_ERR"
 server_refuses_once rbd:rbd/s0 rbd:rbd/s0
-expect_grep "listed twice" "$SERVER_ERR"
+expect_grep "rbd:rbd/s0: given twice$" "$SERVER_ERR"
 server_refuses_once --level raid1 --size 16M rbd:rbd/s0 rbd:rbd/s1
 expect_grep "has no superblock; make the mirror with bioctl create" "$SERVER_ERR"
 

@@ -407,7 +407,7 @@ expect_grep "r-0.sock: 33554432 bytes, size 1073741824 needs" "$SERVER_ERR"
 server_refuses_once "$(ruri 0)" "nbd+unix:///?socket=$tmp/absent.sock"
 expect_grep "absent.sock" "$SERVER_ERR"
 server_refuses_once "$(ruri 0)" "$(ruri 0)"
-expect_grep "listed twice" "$SERVER_ERR"
+expect_grep "r-0.sock: given twice$" "$SERVER_ERR"
 # A read-only remote makes the volume read-only: reads work, writes EPERM.
 start_remote ro -r memory 32M
 start_server "$(ruri 0)" "$(ruri ro)"
