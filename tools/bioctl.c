@@ -363,6 +363,7 @@ static int members_distinct(char *const *paths, int n)
 
 struct create_opts {
 	uint64_t chunk, size, data_offset;
+	const char *size_text; /* --size as typed, for messages */
 	const char *name;
 	bool force;
 	uint32_t level; /* enum sb_level */
@@ -477,8 +478,8 @@ static int do_create(const struct create_opts *o, char **paths, int n)
 		return usage_error("--name %s: at most %u bytes", o->name,
 				   SB_NAME_BYTES - 1);
 	if (o->size && (o->size % 512 || o->size > (1ull << 60)))
-		return usage_error("--size %" PRIu64 ": not a multiple of 512 "
-				   "up to 1E", o->size);
+		return usage_error("--size %s: not a multiple of 512 "
+				   "up to 1E", o->size_text);
 	if (sb_redundant(o->level) ?
 		    mirror_geom_init(&mg, (unsigned int)n, o->copies, o->chunk) :
 		    stripe_geom_init(&g, (unsigned int)n, o->chunk))
@@ -530,8 +531,13 @@ static int do_create(const struct create_opts *o, char **paths, int n)
 	    (sb_redundant(o->level) ?
 		     mirror_member_bytes(&mg, sb.size_bytes, &member_bytes) :
 		     stripe_member_bytes(&g, sb.size_bytes, &member_bytes))) {
-		fail("--size %" PRIu64 ": not a multiple of 512 up to 1E",
-		     sb.size_bytes);
+		if (o->size_text)
+			fail("--size %s: not a multiple of 512 up to 1E",
+			     o->size_text);
+		else
+			fail("size %" PRIu64 " (from the members): not a "
+			     "multiple of 512 up to 1E",
+			     sb.size_bytes);
 		goto out;
 	}
 	member_bytes += o->data_offset;
@@ -579,7 +585,8 @@ static int cmd_create(int argc, char **argv)
 	struct create_opts o = { .chunk = STRIPE_DEFAULT_CHUNK, .name = "",
 				 .level = SB_LEVEL_RAID0 };
 	const char *copies = NULL;
-	bool offset_set = false;
+	const char *offset_text = NULL; /* --data-offset as typed */
+	char offset_buf[24];
 	char err[256], *end;
 	unsigned long k = 0;
 	int ch, n;
@@ -616,28 +623,34 @@ static int cmd_create(int argc, char **argv)
 			if (parse_size(optarg, &o.size) || !o.size)
 				return usage_error("--size %s: expected a size "
 						   "(e.g. 4G)", optarg);
+			o.size_text = optarg;
 			break;
 		case 'n': o.name = optarg; break;
 		case 'D':
 			if (parse_size(optarg, &o.data_offset))
 				return usage_error("--data-offset %s: expected "
 						   "a size", optarg);
-			offset_set = true;
+			offset_text = optarg;
 			break;
 		case 'f': o.force = true; break;
 		case 'h': usage(stdout); return 0;
 		default: return bad_option("create", ch, argv, longopts);
 		}
 	}
-	if (!offset_set)
+	/* Messages name the offset as typed ("6K"), or the default's bytes. */
+	if (!offset_text) {
 		o.data_offset = o.chunk > SB_DEFAULT_DATA_OFFSET ?
 					o.chunk :
 					SB_DEFAULT_DATA_OFFSET;
+		snprintf(offset_buf, sizeof(offset_buf), "%" PRIu64,
+			 o.data_offset);
+		offset_text = offset_buf;
+	}
 	if (o.data_offset < SB_BYTES || o.data_offset % 4096 ||
 	    o.data_offset % o.chunk || o.data_offset > (1ull << 40))
-		return usage_error("--data-offset %" PRIu64 ": a multiple of "
+		return usage_error("--data-offset %s: a multiple of "
 				   "4K and of the stripe size, 4K to 1T",
-				   o.data_offset);
+				   offset_text);
 	if (optind >= argc)
 		return usage_error("create: no MEMBER given; try 'bioctl "
 				   "create --help'");
@@ -671,9 +684,9 @@ static int cmd_create(int argc, char **argv)
 	/* A mirror's bitmap block lies between the superblock and the data. */
 	if (sb_redundant(o.level) &&
 	    o.data_offset < SB_BITMAP_OFFSET + SB_BITMAP_BYTES)
-		return usage_error("--data-offset %" PRIu64 ": at least %u for "
+		return usage_error("--data-offset %s: at least %u for "
 				   "%s (the superblock and the bitmap come "
-				   "first)", o.data_offset,
+				   "first)", offset_text,
 				   SB_BITMAP_OFFSET + SB_BITMAP_BYTES,
 				   sb_level_name(o.level));
 	if (members_distinct(argv + optind, n))
@@ -1402,6 +1415,7 @@ static int cmd_check(int argc, char **argv)
 	struct sb_volume *v;
 	bool repair = false;
 	uint64_t from = 0;
+	const char *from_text = "0"; /* --from as typed, for messages */
 	char why[512];
 	int ch, n, r;
 
@@ -1413,6 +1427,7 @@ static int cmd_check(int argc, char **argv)
 				return usage_error("--from %s: expected a size "
 						   "(a volume offset, e.g. 4G)",
 						   optarg);
+			from_text = optarg;
 			break;
 		case 'h': usage(stdout); return 0;
 		default: return bad_option("check", ch, argv, longopts);
@@ -1436,7 +1451,7 @@ static int cmd_check(int argc, char **argv)
 		goto out;
 	}
 	if (from >= v->sb.size_bytes) {
-		r = fail("--from %" PRIu64 ": past the volume's end", from);
+		r = fail("--from %s: past the volume's end", from_text);
 		goto out;
 	}
 	if (repair && !sb_redundant(v->sb.level)) {

@@ -144,7 +144,9 @@ refused --level raid1 --copies 3 x0 x1 -- '--copies 3: '
 refused --level raid10 x0 -- '--level raid10: '
 refused --level raid5 x0 x1 -- '--level raid5: '
 refused --level raid10 --copies two x0 x1 -- '--copies two: '
-refused --level raid1 --stripe-size 4K --data-offset 4K x0 x1 -- '--data-offset 4096: '
+refused --level raid1 --stripe-size 4K --data-offset 4K x0 x1 -- '--data-offset 4K: '
+# Sizes as typed, not in bytes: the user looks for what they wrote.
+refused --level raid1 --size 2047P x0 x1 -- '--size 2047P: '
 for m in x0 x1 x2 x3; do
     [[ ! -e $m ]] || die "a refused create left $m behind"
 done
@@ -193,6 +195,10 @@ rc=0
 expect_grep "^mismatch: volume offset $((37 * C + 8192)) length 4096: role 0 differs from role 2$" out
 expect_grep "^4096 mismatching bytes in 1 range$" out
 [[ $(grep -c '^mismatch' out) -eq 1 ]] || die "more than one mismatch: $(cat out)"
+rc=0
+"$BIOCTL" check --from 1G d0 d1 d2 >out 2>err || rc=$?
+[[ $rc -ne 0 ]] || die "check --from past the end: exit 0"
+expect_grep "^bioctl: --from 1G: past the volume's end$" err
 
 log "check --repair: refused while a member is locked"
 if command -v flock >/dev/null; then
