@@ -701,6 +701,17 @@ static int new_mirror_plan(const struct volume_config *cfg,
 			    "copies %u: raid1 keeps a copy on every member (%u "
 			    "here)",
 			    cfg->copies, cfg->nr_members);
+	/*
+	 * Said here, not by sb_new: its "level" message would send the
+	 * user to the level's line, and the copies are what is wrong.
+	 */
+	if (cfg->copies && cfg->level == SB_LEVEL_RAID10 &&
+	    cfg->copies > cfg->nr_members)
+		return verr(errbuf, errlen, -EINVAL,
+			    "copies %u: more than the %u member%s (raid10 "
+			    "keeps each copy on a member of its own)",
+			    cfg->copies, cfg->nr_members,
+			    plural(cfg->nr_members));
 	if (sb_new(sb, cfg->nr_members, &o, why, sizeof(why)))
 		return verr(errbuf, errlen, -EINVAL, "level %s: %s", level,
 			    why);

@@ -126,6 +126,9 @@ void conf_export_release(struct conf_export *e)
 	for (i = 0; i < e->nr_faults; i++)
 		free((char *)e->faults[i].text);
 	free(e->faults);
+	free(e->size_text);
+	free(e->chunk_text);
+	free(e->copies_text);
 	free(e->member_lines);
 	free(e->spare_lines);
 	free(e->fault_lines);
@@ -218,7 +221,7 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 			return -EINVAL;
 		}
 		e->chunk_bytes = v;
-		return 0;
+		return conf_set_string(&e->chunk_text, value);
 	}
 	if (!strcmp(key, "size")) {
 		if (parse_size(value, &v)) {
@@ -246,7 +249,7 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 			return -EINVAL;
 		}
 		e->size_bytes = v;
-		return 0;
+		return conf_set_string(&e->size_text, value);
 	}
 	if (!strcmp(key, "level")) {
 		if (!strcmp(value, "raid0"))
@@ -278,7 +281,7 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 			return -EINVAL;
 		}
 		e->copies = (uint32_t)k;
-		return 0;
+		return conf_set_string(&e->copies_text, value);
 	}
 	if (!strcmp(key, "timeout")) {
 		char *end;

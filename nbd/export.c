@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <bionbd/nbdl.h>
+#include <bionbd/superblock.h>
 #include <bionbd/trace.h>
 #include <bionbd/volume.h>
 
@@ -125,14 +126,55 @@ static unsigned int culprit_line(const struct conf_export *d, const char *msg)
 	return line ? line : d->line;
 }
 
+/*
+ * The engine names a key by its value in bytes ("stripe-size 131072:
+ * ..."); the user gave "128K".  A message about size, stripe-size, copies
+ * or level gets the key and the value as given, in the front ends' one
+ * spelling ("stripe-size=128K: ...", as conf_export_set's own messages):
+ * a file's line shows it so, the plugin's keys are so, and bionbd turns
+ * it into the flag.  Other messages are @msg as it is.
+ */
+static const char *as_given(const struct conf_export *d, const char *msg,
+			    char *buf, size_t len)
+{
+	const struct {
+		const char *key, *text;
+	} given[] = {
+		{ "size", d->size_text },
+		{ "stripe-size", d->chunk_text },
+		{ "copies", d->copies_text },
+		{ "level", d->level_set ? sb_level_name(d->level) : NULL },
+	};
+	const char *value, *rest;
+	size_t n;
+
+	for (size_t i = 0; i < sizeof(given) / sizeof(given[0]); i++) {
+		n = strlen(given[i].key);
+		if (!given[i].text || strncmp(msg, given[i].key, n) ||
+		    msg[n] != ' ')
+			continue;
+		value = msg + n + 1;
+		rest = strstr(value, ": ");
+		/* One word, then ": why": the value, not a phrase. */
+		if (!rest || memchr(value, ' ', (size_t)(rest - value)))
+			return msg;
+		snprintf(buf, len, "%s=%s%s", given[i].key, given[i].text, rest);
+		return buf;
+	}
+	return msg;
+}
+
 static void export_errmsg(char *errbuf, size_t errlen, const char *conf_path,
 			  const struct conf_export *d, const char *msg)
 {
+	char buf[1100];
+	const char *text = as_given(d, msg, buf, sizeof(buf));
+
 	if (conf_path)
 		snprintf(errbuf, errlen, "%s:%u: [export %s] %s", conf_path,
-			 culprit_line(d, msg), d->name, msg);
+			 culprit_line(d, msg), d->name, text);
 	else
-		snprintf(errbuf, errlen, "%s", msg);
+		snprintf(errbuf, errlen, "%s", text);
 }
 
 /* @undo: the start failed; take back the members its open made. */

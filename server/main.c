@@ -515,13 +515,28 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
 /* ---- exports ---- */
 
 /*
- * @flag (NULL for a member) as the user typed it: the shared setter says
- * "key=value: why", which is the config file's spelling, not theirs.
+ * A message "key=value: why" (the config file's spelling, which the
+ * shared setter and the exports' open use) about @key given as @flag
+ * @value: said as the user typed it, "--flag value: why".  Returns if
+ * @err is about something else.
  */
+static void die_as_flag(const char *flag, const char *key, const char *value,
+			const char *err)
+{
+	size_t klen = strlen(key), vlen = strlen(value);
+
+	if (!strncmp(err, key, klen) && err[klen] == '=' &&
+	    !strncmp(err + klen + 1, value, vlen) &&
+	    !strncmp(err + klen + 1 + vlen, ": ", 2))
+		/* A blank value shows quoted: '' (an unset shell variable). */
+		die(strspn(value, " \t") == vlen ? "%s '%s': %s" : "%s %s: %s",
+		    flag, value, err + klen + vlen + 3);
+}
+
+/* @flag (NULL for a member) as the user typed it: die_as_flag. */
 static void set_export_key(struct conf_export *e, const char *flag,
 			   const char *key, const char *value)
 {
-	size_t klen = strlen(key), vlen = strlen(value);
 	char err[512];
 	int r = conf_export_set(e, key, value, err, sizeof(err));
 
@@ -529,12 +544,27 @@ static void set_export_key(struct conf_export *e, const char *flag,
 		return;
 	if (r == -ENOMEM)
 		die("out of memory");
-	if (!strncmp(err, key, klen) && err[klen] == '=' &&
-	    !strncmp(err + klen + 1, value, vlen) &&
-	    !strncmp(err + klen + 1 + vlen, ": ", 2))
-		/* A blank value shows quoted: '' (an unset shell variable). */
-		die(strspn(value, " \t") == vlen ? "%s '%s': %s" : "%s %s: %s",
-		    flag ? flag : "member", value, err + klen + vlen + 3);
+	die_as_flag(flag ? flag : "member", key, value, err);
+	die("%s", err);
+}
+
+/* The volume's open failed on @err: a flag it is about named as typed. */
+static void __attribute__((noreturn))
+die_open(const struct cmdline *cl, const char *err)
+{
+	const struct {
+		const char *flag, *key, *value;
+	} flags[] = {
+		{ "--size", "size", cl->size },
+		{ "--stripe-size", "stripe-size", cl->stripe_size },
+		{ "--copies", "copies", cl->copies },
+		{ "--level", "level", cl->level },
+	};
+
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+		if (flags[i].value)
+			die_as_flag(flags[i].flag, flags[i].key,
+				    flags[i].value, err);
 	die("%s", err);
 }
 
@@ -610,7 +640,7 @@ static void exports_from_cmdline(const struct cmdline *cl)
 	check_own_files(ce, 1);
 	if (nbdl_exports_open(&srv.exports, ce, 1, cl->readonly, NULL, err,
 			      sizeof(err)))
-		die("%s", err);
+		die_open(cl, err);
 	srv.nr_exports = 1;
 }
 

@@ -130,7 +130,7 @@ file = $d/m1
 fault = op=read rate=1%
 fault = member=7
 "
-conf_case "bad.conf:3: \[export a\] copies 2: only raid1 and raid10 keep copies" \
+conf_case "bad.conf:3: \[export a\] copies=2: only raid1 and raid10 keep copies" \
 "[export a]
 file = $d/m0
 copies = 2

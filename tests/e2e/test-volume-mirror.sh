@@ -384,6 +384,18 @@ file = n1
 file = n2
 file = n3
 EOF2
+# More copies than members: the copies line is at fault, not the level's.
+cat >copies.conf <<EOF2 || die "copies.conf"
+[export c]
+level = raid10
+size = 8M
+file = cp3a
+copies = 3
+file = cp3b
+EOF2
+server_refuses_line "copies\.conf:5: \[export c\] copies=3: more than the 2 members" \
+    --conf copies.conf
+[[ ! -e cp3a && ! -e cp3b ]] || die "a refused new mirror left files"
 start_server --conf new.conf
 nbdcopy src "nbd+unix:///fresh?socket=$NBD_SOCK" || die "nbdcopy into the new mirror"
 stop_server
@@ -400,23 +412,26 @@ stop_server
 expect_grep "level raid1, 2 copies" info.txt
 truncate -s 16M h0 h1
 server_refuses_once --level raid1 h0 h1
-expect_grep "level raid1: member (.*/)?h0 has no superblock; make the mirror with bioctl create" "$SERVER_ERR"
+expect_grep "(--level |level=)raid1: member (.*/)?h0 has no superblock; make the mirror with bioctl create" "$SERVER_ERR"
 server_refuses_once --level raid1 y0 y1
-expect_grep "level raid1: a size is needed" "$SERVER_ERR"
+expect_grep "(--level |level=)raid1: a size is needed" "$SERVER_ERR"
 [[ ! -e y0 && ! -e y1 ]] || die "a refused new mirror left files"
 server_refuses_once --level raid1 n0 n1 n2 n3
-expect_grep "level raid1: volume '[0-9a-f-]{36}' is raid10 in its superblocks" "$SERVER_ERR"
+expect_grep "(--level |level=)raid1: volume '[0-9a-f-]{36}' is raid10 in its superblocks" "$SERVER_ERR"
 server_refuses_once --copies 3 n0 n1 n2 n3
-expect_grep "copies 3: volume .* has 2 in its superblocks" "$SERVER_ERR"
+expect_grep "(--copies |copies=)3: volume .* has 2 in its superblocks" "$SERVER_ERR"
+# The size as typed, not in bytes: the user looks for what they wrote.
+server_refuses_line "(--stripe-size |stripe-size=)128K: volume .* has 65536 in its superblocks" \
+    --stripe-size 128K n0 n1 n2 n3
 server_refuses_once --level raid0 --copies 2 --size 16M z0 z1
-expect_grep "copies 2: only raid1 and raid10 keep copies" "$SERVER_ERR"
+expect_grep "(--copies |copies=)2: only raid1 and raid10 keep copies" "$SERVER_ERR"
 # Copies of a raid0 without --level: headerless members (once served as
 # if the copies were not asked for), and a raid0 with superblocks (whose
 # "0 copies" was compared).
-server_refuses_line "copies 3: only raid1 and raid10 keep copies, and members without superblocks are raid0" \
+server_refuses_line "(--copies |copies=)3: only raid1 and raid10 keep copies, and members without superblocks are raid0" \
     --copies 3 h0 h1
 expect_ok "$BIOCTL" create --name plain --size 8M p0 p1 >/dev/null
-server_refuses_line "copies 2: volume 'plain' is raid0 in its superblocks, and only raid1 and raid10 keep copies" \
+server_refuses_line "(--copies |copies=)2: volume 'plain' is raid0 in its superblocks, and only raid1 and raid10 keep copies" \
     --copies 2 p0 p1
 
 # Split brain: member 1 served alone (0 gone), then member 0 alone (1

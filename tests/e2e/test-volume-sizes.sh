@@ -55,15 +55,15 @@ size_is() {
 
 # ---- above INT64_MAX, or members that would have to pass it
 for size in 9223372036854775808 18446744073709551104; do
-    refuse "size $size: .*$INT64_MAX" --size "$size" "$d/m0"
-    refuse "size $size: .*$INT64_MAX" --size "$size" "$d/m0" "$d/m1" "$d/new"
+    refuse "(--size |size=)$size: .*$INT64_MAX" --size "$size" "$d/m0"
+    refuse "(--size |size=)$size: .*$INT64_MAX" --size "$size" "$d/m0" "$d/m1" "$d/new"
     printf '[export big]\nfile = %s\nsize = %s\n' "$d/m0" "$size" >"$tmp/big.conf"
-    refuse "big.conf:3: \[export big\] size $size: .*$INT64_MAX" \
+    refuse "big.conf:3: \[export big\] size=$size: .*$INT64_MAX" \
         --conf "$tmp/big.conf"
 done
 refuse "size.*18446744073709551615.*512" --size 18446744073709551615 "$d/m0"
 # 2^63-512 fits in a volume, but one member would need a whole last chunk.
-refuse "size 9223372036854775296: .*$INT64_MAX bytes per member" \
+refuse "(--size |size=)9223372036854775296: .*$INT64_MAX bytes per member" \
     --size 9223372036854775296 "$d/m0"
 
 # ---- a normal size still creates and grows members
@@ -200,7 +200,7 @@ else
     rm -f "$huge/probe"
     # Three members could hold 2^64-512 bytes between them; the volume
     # still cannot have that size.
-    refuse "size 18446744073709551104: .*$INT64_MAX" \
+    refuse "(--size |size=)18446744073709551104: .*$INT64_MAX" \
         --size 18446744073709551104 "$huge/h0" "$huge/h1" "$huge/h2"
     [[ ! -e $huge/h0 ]] || die "$huge/h0 was created"
     start_server --size 9223372036854775296 "$huge/h0" "$huge/h1"

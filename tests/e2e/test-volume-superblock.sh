@@ -145,9 +145,9 @@ server_refuses_once a b c d
 expect_grep "member (.*/)?b: superblock format version 2 \(this bionbd reads 1\)" "$SERVER_ERR"
 cp b.bak b
 server_refuses_once --stripe-size 128K a b c d
-expect_grep "stripe-size 131072: volume 'vol1' has 65536 in its superblocks" "$SERVER_ERR"
+expect_grep "(--stripe-size |stripe-size=)128K: volume 'vol1' has 65536 in its superblocks" "$SERVER_ERR"
 server_refuses_once --size 64M a b c d
-expect_grep "size 67108864: volume 'vol1' is 33554432 bytes in its superblocks" "$SERVER_ERR"
+expect_grep "(--size |size=)64M: volume 'vol1' is 33554432 bytes in its superblocks" "$SERVER_ERR"
 
 log "after all that, the volume still serves its data"
 start_server b c d a

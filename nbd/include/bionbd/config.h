@@ -69,6 +69,12 @@ struct conf_export {
 	uint32_t copies; /* copies = K; 0 = not given */
 	uint64_t chunk_bytes; /* stripe unit; STRIPE_DEFAULT_CHUNK unless set */
 	uint64_t size_bytes;  /* 0 = from the members */
+	/*
+	 * size, stripe-size and copies as given ("128K", not 131072): a
+	 * volume's message about one quotes what the user wrote.  NULL when
+	 * not given.
+	 */
+	char *size_text, *chunk_text, *copies_text;
 	bool readonly;
 	bool no_statistics; /* statistics = false: nothing counted */
 	bool no_lock; /* lock = false: volume_config.no_lock */
