@@ -1078,6 +1078,27 @@ err:
 	return r;
 }
 
+/*
+ * A timeout given to a volume with no remote or RBD member times nothing
+ * out: refused, or the user believes local members have one.
+ */
+static int timeout_used(const struct volume_config *cfg, char *errbuf,
+			size_t errlen)
+{
+	if (!cfg->remote_timeout_ms)
+		return 0;
+	for (unsigned int i = 0; i < cfg->nr_members; i++)
+		if (member_is_remote(cfg->members[i]))
+			return 0;
+	for (unsigned int i = 0; i < cfg->nr_spares; i++)
+		if (member_is_remote(cfg->spares[i]))
+			return 0;
+	return verr(errbuf, errlen, -EINVAL,
+		    "timeout %g: no member is remote (nbd://..., rbd:...), "
+		    "and only their requests time out",
+		    cfg->remote_timeout_ms / 1000.0);
+}
+
 static int check_held(const struct volume_config *cfg, char *errbuf,
 		      size_t errlen)
 {
@@ -1090,6 +1111,11 @@ static int check_held(const struct volume_config *cfg, char *errbuf,
 
 	if (!v)
 		return verr(errbuf, errlen, -ENOMEM, "out of memory");
+	r = timeout_used(cfg, errbuf, errlen);
+	if (r) {
+		free(v);
+		return r;
+	}
 	r = wants_new_mirror(cfg, &sb, errbuf, errlen);
 	if (r < 0) {
 		free(v);

@@ -129,6 +129,7 @@ void conf_export_release(struct conf_export *e)
 	free(e->size_text);
 	free(e->chunk_text);
 	free(e->copies_text);
+	free(e->timeout_text);
 	free(e->member_lines);
 	free(e->spare_lines);
 	free(e->fault_lines);
@@ -296,7 +297,7 @@ int conf_export_set(struct conf_export *e, const char *key, const char *value,
 			return -EINVAL;
 		}
 		e->remote_timeout_ms = (unsigned int)(s * 1000 + 0.5);
-		return 0;
+		return conf_set_string(&e->timeout_text, value);
 	}
 	if (!strcmp(key, "statistics") || !strcmp(key, "lock") ||
 	    !strcmp(key, "degraded")) {
@@ -707,6 +708,8 @@ static int note_line(struct conf_export *e, const char *key,
 		e->level_line = line;
 	else if (!strcmp(key, "copies"))
 		e->copies_line = line;
+	else if (!strcmp(key, "timeout"))
+		e->timeout_line = line;
 	return 0;
 }
 

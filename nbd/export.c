@@ -88,7 +88,8 @@ static bool names(const char *msg, const char *prefix, const char *what,
  * The line of @d that a volume's message is about.  The engine begins
  * one about a member with "member PATH" (or "members PATH and ..."), a
  * spare's with "spare PATH", a rule's with "fault = RULE:" and a key's
- * with "KEY VALUE:"; anything else is the export's, at its header.
+ * with "KEY VALUE:" (size, stripe-size, level, copies, timeout); anything
+ * else is the export's, at its header.
  */
 static unsigned int culprit_line(const struct conf_export *d, const char *msg)
 {
@@ -123,13 +124,15 @@ static unsigned int culprit_line(const struct conf_export *d, const char *msg)
 		line = d->level_line;
 	if (!line && !strncmp(msg, "copies ", 7))
 		line = d->copies_line;
+	if (!line && !strncmp(msg, "timeout ", 8))
+		line = d->timeout_line;
 	return line ? line : d->line;
 }
 
 /*
  * The engine names a key by its value in bytes ("stripe-size 131072:
- * ..."); the user gave "128K".  A message about size, stripe-size, copies
- * or level gets the key and the value as given, in the front ends' one
+ * ..."); the user gave "128K".  A message about size, stripe-size, copies,
+ * timeout or level gets the key and the value as given, in the front ends' one
  * spelling ("stripe-size=128K: ...", as conf_export_set's own messages):
  * a file's line shows it so, the plugin's keys are so, and bionbd turns
  * it into the flag.  Other messages are @msg as it is.
@@ -143,6 +146,7 @@ static const char *as_given(const struct conf_export *d, const char *msg,
 		{ "size", d->size_text },
 		{ "stripe-size", d->chunk_text },
 		{ "copies", d->copies_text },
+		{ "timeout", d->timeout_text },
 		{ "level", d->level_set ? sb_level_name(d->level) : NULL },
 	};
 	const char *value, *rest;

@@ -70,6 +70,7 @@ static char *export_name;
 static char *stats_path; /* stats=FILE: written at unload */
 static char *trace_path; /* trace=FILE: the bio trace */
 static uint64_t trace_ring; /* trace-buffer=SIZE; 0: the default */
+static const char *trace_ring_text; /* trace-buffer= as given */
 static struct conf *conf;
 static enum ioq_backend backend = IOQ_IO_URING;
 static bool backend_set;
@@ -460,6 +461,8 @@ static int bio_config(const char *key, const char *value)
 				     "to 1G", value);
 			return -1;
 		}
+		/* nbdkit keeps the command line's strings to the end. */
+		trace_ring_text = value;
 		return 0;
 	}
 	if (!strcmp(key, "backend")) {
@@ -516,6 +519,13 @@ static int bio_config_complete(void)
 
 	if (!cmdline.name) {
 		nbdkit_error("out of memory");
+		return -1;
+	}
+	/* Accepted and unused, it would let the user believe it works. */
+	if (trace_ring_text && !trace_path) {
+		nbdkit_error("trace-buffer=%s: needs trace=FILE (the trace it "
+			     "buffers)",
+			     trace_ring_text);
 		return -1;
 	}
 	if (!conf_path) {

@@ -559,6 +559,7 @@ die_open(const struct cmdline *cl, const char *err)
 		{ "--stripe-size", "stripe-size", cl->stripe_size },
 		{ "--copies", "copies", cl->copies },
 		{ "--level", "level", cl->level },
+		{ "--timeout", "timeout", cl->timeout },
 	};
 
 	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
@@ -776,6 +777,7 @@ static struct origin origins[] = {
 	{ .key = "listen" },	      { .key = "port" },
 	{ .key = "socket" },	      { .key = "control" },
 	{ .key = "trace" },	      { .key = "inflight-memory" },
+	{ .key = "trace-buffer" },
 };
 static const char *origin_file; /* the config file's path */
 
@@ -865,13 +867,20 @@ static const char *spelling(const char *key, const char *flag,
 	return origin(key)->flag ? flag : file_key;
 }
 
-/* Settings that mean nothing, or the opposite, without others. */
+/*
+ * Settings that mean nothing, or the opposite, without others: refused,
+ * since accepted they would let the user believe they work.
+ */
 static void check_settings(void)
 {
 	if (given("stats-interval") && !given("stats"))
 		die_setting("stats-interval", "needs %s (the file it rewrites)",
 			    spelling("stats-interval", "--stats FILE",
 				     "stats = FILE"));
+	if (given("trace-buffer") && !given("trace"))
+		die_setting("trace-buffer", "needs %s (the trace it buffers)",
+			    spelling("trace-buffer", "--trace FILE",
+				     "trace = FILE"));
 }
 
 /* The [server] keys that name files. */

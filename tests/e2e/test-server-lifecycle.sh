@@ -17,7 +17,8 @@
 # option or a missing argument: getopt's line and "Try 'bionbd --help'.",
 # exit 1.  Config errors (missing member, stripe size not a power of two,
 # unknown key, duplicate member, key or export, text after a section
-# header, bad size, --stats-interval without --stats, -P in a missing
+# header, bad size, --stats-interval without --stats, --trace-buffer
+# without --trace, --timeout with no remote member, -P in a missing
 # directory, two of its own files at one path, ...): exit 1 with one line naming the option or key and the
 # value (a [server] key by its file and line, also a user, path or address
 # found wrong only when it is used), and nothing created, no socket left
@@ -278,9 +279,12 @@ refuse 'poll-us.*-5' --poll-us -5 "$c/a.img"
 refuse 'sendfile-min.*33M' --sendfile-min 33M "$c/a.img"
 refuse 'exportname|-e|config' -c "$c/none.conf" -e foo
 # Settings that would be silently unused: --stats-interval without a
-# --stats file (and in the file too).
+# --stats file, --trace-buffer without --trace, --timeout with no remote
+# member (and in the file too).
 refuse '--stats-interval 5: needs --stats FILE' --stats-interval 5 "$c/a.img"
 refuse '--stats-interval 0: needs --stats FILE' --stats-interval 0 "$c/a.img"
+refuse '--trace-buffer 8M: needs --trace FILE' --trace-buffer 8M "$c/a.img"
+refuse '--timeout 5: no member is remote' --timeout 5 "$c/a.img"
 # -P's directory is checked before any member is made (the pidfile is
 # written last), and its problem is named as -P's, not the control
 # socket's that goes beside it.
@@ -351,6 +355,19 @@ conf interval <<'EOF'
     file = a.img
 EOF
 refuse '[^ ]*interval\.conf:3: \[server\] stats-interval=5: needs stats = FILE' -c "$c/interval.conf"
+conf tracebuf <<'EOF'
+[server]
+    trace-buffer = 8M
+[export one]
+    file = a.img
+EOF
+refuse '[^ ]*tracebuf\.conf:2: \[server\] trace-buffer=8M: needs trace = FILE' -c "$c/tracebuf.conf"
+conf rtimeout <<'EOF'
+[export one]
+    file = a.img
+    timeout = 2.5
+EOF
+refuse '[^ ]*rtimeout\.conf:3: \[export one\] timeout=2\.5: no member is remote' -c "$c/rtimeout.conf"
 # A [server] setting found wrong only when it is used (a path, a user,
 # an address) is named by its line as well, not as the flag it stands for.
 server_key() { # KEY VALUE PATTERN: refused, naming the line KEY = VALUE

@@ -172,6 +172,9 @@ if [[ $SERVER == plugin ]]; then
     plugin_refuses "export= .*no conf=" file="$d/m0" export=a
     plugin_refuses "read-only=perhaps" file="$d/m0" read-only=perhaps
     plugin_refuses "conf= given twice" conf="$conf" conf="$conf"
+    # Keys that would be silently unused, refused as bionbd's flags are.
+    plugin_refuses "trace-buffer=8M: needs trace=FILE" file="$d/m0" trace-buffer=8M
+    plugin_refuses "timeout=3: no member is remote" file="$d/m0" timeout=3
     snapshot >"$tmp/after"
     diff -u "$tmp/before" "$tmp/after" >&2 || die "the member directory changed"
 

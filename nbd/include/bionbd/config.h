@@ -70,11 +70,11 @@ struct conf_export {
 	uint64_t chunk_bytes; /* stripe unit; STRIPE_DEFAULT_CHUNK unless set */
 	uint64_t size_bytes;  /* 0 = from the members */
 	/*
-	 * size, stripe-size and copies as given ("128K", not 131072): a
+	 * size, stripe-size, copies and timeout as given ("128K", not 131072): a
 	 * volume's message about one quotes what the user wrote.  NULL when
 	 * not given.
 	 */
-	char *size_text, *chunk_text, *copies_text;
+	char *size_text, *chunk_text, *copies_text, *timeout_text;
 	bool readonly;
 	bool no_statistics; /* statistics = false: nothing counted */
 	bool no_lock; /* lock = false: volume_config.no_lock */
@@ -89,7 +89,8 @@ struct conf_export {
 	 * and so on; NULL or 0 when not from a file (or not given).
 	 */
 	unsigned int *member_lines, *spare_lines, *fault_lines;
-	unsigned int size_line, chunk_line, level_line, copies_line;
+	unsigned int size_line, chunk_line, level_line, copies_line,
+		timeout_line;
 };
 
 /* A key = value line of a section the NBD layer does not own. */
