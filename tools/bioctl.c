@@ -1679,14 +1679,26 @@ static int do_convert(const struct convert_opts *o, char **paths, int n)
 			" bytes still to move\n", paths[c.member], c.pos);
 	} else {
 		/* The volume as bionbd serves it headerless. */
+		int small = 0;
+
 		for (int i = 0; i < n; i++)
-			if (fd_bytes(fds[i]) < min)
+			if (fd_bytes(fds[i]) < min) {
 				min = fd_bytes(fds[i]);
+				small = i;
+			}
 		if (!size)
 			size = min / co->chunk * co->chunk * (uint64_t)n;
-		if (!size || stripe_member_bytes(&g, size, &member_bytes)) {
-			fail("members too small for one stripe of %" PRIu64
-			     " bytes", co->chunk * (uint64_t)n);
+		/* The member to grow or replace, by name: not "members". */
+		if (!size) {
+			fail("member %s: %" PRIu64 " bytes, less than one "
+			     "stripe unit (%" PRIu64 " bytes)",
+			     paths[small], min, co->chunk);
+			goto out;
+		}
+		if (stripe_member_bytes(&g, size, &member_bytes)) {
+			fail("size %s: too large for %d member%s",
+			     co->size_text ? co->size_text : "of the members",
+			     n, plural((uint64_t)n));
 			goto out;
 		}
 		for (int i = 0; i < n; i++)
@@ -1801,6 +1813,7 @@ static int cmd_convert(int argc, char **argv)
 			if (parse_size(optarg, &o.c.size) || !o.c.size)
 				return usage_error("--size %s: expected a size",
 						   optarg);
+			o.c.size_text = optarg;
 			break;
 		case 'n':
 			if (strlen(optarg) >= SB_NAME_BYTES)

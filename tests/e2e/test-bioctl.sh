@@ -6,7 +6,8 @@
 # by the same path, another spelling of it or a symlink to it, for every
 # command that takes members) in every command: exit
 # 2, nothing on stdout and one line on stderr naming the option and the
-# value, no usage, no member created.  bioctl --help and COMMAND --help
+# value, no usage, no member created; convert onto a member too small
+# for one stripe unit names it, exit 1.  bioctl --help and COMMAND --help
 # print the usage on stdout, exit 0; --version prints bionbd's version.  bioctl
 # check.  On a fresh volume: exit 0 and every byte of
 # data read.  With a member too short for its share (the server refuses
@@ -116,6 +117,15 @@ usage_error 'member e1: given twice$' check e1 e0 e1
 usage_error 'member e0link: given twice \(as e0 too\)$' convert --stripe-size 64K e0 e0link
 usage_error 'member e0link: given twice \(as e0 too\)$' rebuild e0 e0link --replace e1 e2
 [[ ! -e e2 ]] || die "rebuild with a member given twice created NEW"
+
+log "convert: a member too small for one stripe unit is named"
+truncate -s 64K small0 && truncate -s 2M big0
+rc=0
+"$BIOCTL" convert --stripe-size 128K big0 small0 >cv.out 2>cv.err || rc=$?
+[[ $rc -eq 1 ]] || die "convert onto a too small member: exit $rc $(cat cv.out cv.err)"
+expect_grep "^bioctl: member small0: 65536 bytes, less than one stripe unit \(131072 bytes\)$" cv.err
+[[ $(stat -c %s small0) -eq 65536 && $(stat -c %s big0) -eq 2097152 ]] ||
+    die "a refused convert changed a member's size"
 
 log "a fresh volume: clean"
 expect_ok "$BIOCTL" create --name small --size 16M a b c
