@@ -679,14 +679,27 @@ int sbvol_create(struct target **out, struct target *inner,
 		size_t at = 0;
 
 		roles[0] = '\0';
-		for (unsigned int i = 0; i < sv->nr && at < sizeof(roles); i++)
-			if (v->degraded >> i & 1)
+		for (unsigned int i = 0; i < sv->nr && at < sizeof(roles); i++) {
+			if (!(v->degraded >> i & 1))
+				continue;
+			/*
+			 * A member there but cut short is not "missing" (the
+			 * line before names it: @paths has no path for it).
+			 */
+			if (v->order[i] == SB_ROLE_NONE &&
+			    v->cut[i] != SB_ROLE_NONE)
+				at += (size_t)snprintf(
+					roles + at, sizeof(roles) - at,
+					"%srole %u (its member too short)",
+					at ? ", " : "", i);
+			else
 				at += (size_t)snprintf(
 					roles + at, sizeof(roles) - at,
 					"%srole %u (%s)", at ? ", " : "", i,
 					v->order[i] == SB_ROLE_NONE ?
 						"missing" :
 						"stale: it missed writes");
+		}
 		target_notice(TARGET_NOTICE_ERROR,
 			      "volume '%s': starting degraded, %s out of "
 			      "service until rebuilt",

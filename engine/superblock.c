@@ -756,7 +756,7 @@ int sb_assemble(const char *const *paths, unsigned int n,
 		goto out;
 	}
 	for (unsigned int i = 0; i < SB_MAX_ROLES; i++)
-		out->order[i] = none;
+		out->order[i] = out->cut[i] = none;
 	for (unsigned int i = 0; i < n; i++) {
 		if (!sbs[i].version)
 			continue; /* absent */
@@ -803,6 +803,9 @@ int sb_assemble(const char *const *paths, unsigned int n,
 				lost_err = -EIO;
 				snprintf(lost, sizeof(lost), "%s", cut);
 			}
+			/* sb_read checked the role against SB_MAX_ROLES. */
+			out->cut[sbs[i].role] = i;
+			out->cut_bytes[sbs[i].role] = sizes[i];
 			memset(&sbs[i], 0, sizeof(sbs[i]));
 			nr_absent++;
 			continue;

@@ -1197,6 +1197,8 @@ static void volume_info_fill(struct volume_info *info,
 	info->nr_members = v->nr ? v->sb.nr_roles : cfg->nr_members;
 	for (unsigned int i = 0; i < info->nr_members && i < 64; i++) {
 		info->order[i] = v->nr ? v->order[i] : i;
+		info->cut[i] = v->nr ? v->cut[i] : VOLUME_NO_MEMBER;
+		info->cut_bytes[i] = v->nr ? v->cut_bytes[i] : 0;
 		info->active[i] = !v->nr || v->state[i] == SB_ROLE_ACTIVE;
 		info->rebuilding[i] = v->nr &&
 				      v->state[i] == SB_ROLE_REBUILDING;
@@ -1206,6 +1208,7 @@ static void volume_info_fill(struct volume_info *info,
 	snprintf(info->name, sizeof(info->name), "%s", v->sb.name);
 	sb_uuid_format(v->sb.volume_uuid, info->uuid);
 	info->data_offset = v->sb.data_offset;
+	info->member_bytes = v->member_bytes;
 	info->level = v->sb.level;
 	info->copies = v->sb.copies;
 	info->resynced = sb_redundant(v->sb.level) && !v->clean &&
@@ -1389,13 +1392,18 @@ static void order_unpromote(struct volume_info *info,
 			    const struct volume_config *local)
 {
 	for (unsigned int r = 0; r < info->nr_members && r < 64; r++) {
-		unsigned int at = info->order[r];
+		unsigned int *at[] = { &info->order[r], &info->cut[r] };
 
-		if (at == VOLUME_NO_MEMBER || at < cfg->nr_members)
-			continue;
-		for (unsigned int j = 0; j < cfg->nr_spares; j++)
-			if (cfg->spares[j] == local->members[at])
-				info->order[r] = cfg->nr_members + j;
+		for (unsigned int k = 0; k < 2; k++) {
+			if (*at[k] == VOLUME_NO_MEMBER ||
+			    *at[k] < cfg->nr_members)
+				continue;
+			for (unsigned int j = 0; j < cfg->nr_spares; j++)
+				if (cfg->spares[j] == local->members[*at[k]]) {
+					*at[k] = cfg->nr_members + j;
+					break;
+				}
+		}
 	}
 }
 

@@ -668,6 +668,40 @@ static void size_text(uint64_t v, char *buf, size_t len)
 		snprintf(buf, len, "%" PRIu64 "%c", v, units[u]);
 }
 
+/* Member @i of @d as volume_info.order counts them: spares after members. */
+static const char *member_path(const struct conf_export *d, unsigned int i)
+{
+	return i < d->nr_members ? d->members[i] : d->spares[i - d->nr_members];
+}
+
+/*
+ * Role @m of export @e as the start-up line shows it: its member, and
+ * whether it is out of service.  A member given but too short to serve
+ * is named with its size, not "(missing)": the user would look for a
+ * file that is there.
+ */
+static size_t member_text(const struct nbdl_export *e,
+			  const struct conf_export *d, unsigned int m,
+			  char *buf, size_t len)
+{
+	unsigned int at = e->info.order[m];
+	unsigned int cut = e->info.cut[m];
+
+	if (at == VOLUME_NO_MEMBER && cut != VOLUME_NO_MEMBER)
+		return (size_t)snprintf(buf, len,
+					"%s (too short: %" PRIu64
+					" bytes, needs %" PRIu64 ")",
+					member_path(d, cut),
+					e->info.cut_bytes[m],
+					e->info.member_bytes);
+	if (at == VOLUME_NO_MEMBER)
+		return (size_t)snprintf(buf, len, "(missing)");
+	return (size_t)snprintf(buf, len, "%s%s", member_path(d, at),
+				e->info.rebuilding[m] ? " (rebuilding)" :
+				!e->info.active[m]    ? " (faulty)" :
+							"");
+}
+
 static void log_startup(const struct conf_export *defs,
 			const struct srv_options *o, int activated)
 {
@@ -686,21 +720,12 @@ static void log_startup(const struct conf_export *defs,
 		 */
 		for (unsigned int m = 0;
 		     m < e->info.nr_members && n < sizeof(members); m++) {
-			unsigned int at = e->info.order[m];
-
-			n += (size_t)snprintf(members + n, sizeof(members) - n,
-					      "%s%s%s", m ? ", " : "",
-					      at == VOLUME_NO_MEMBER ?
-						      "(missing)" :
-					      at < d->nr_members ?
-						      d->members[at] :
-						      d->spares[at - d->nr_members],
-					      at == VOLUME_NO_MEMBER ? "" :
-					      e->info.rebuilding[m] ?
-						      " (rebuilding)" :
-					      !e->info.active[m] ?
-						      " (faulty)" :
-						      "");
+			if (m)
+				n += (size_t)snprintf(members + n,
+						      sizeof(members) - n, ", ");
+			if (n < sizeof(members))
+				n += member_text(e, d, m, members + n,
+						 sizeof(members) - n);
 		}
 		/*
 		 * The geometry: "4 members, stripe 64K" or a mirror's, in the

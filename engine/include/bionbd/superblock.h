@@ -198,6 +198,14 @@ struct sb_volume {
 	 * short): the first one, "member PATH: why", for the log; "" if none.
 	 */
 	char left_out[512];
+	/*
+	 * cut[role]: the index in paths of the member given for the role but
+	 * left out as cut short (SB_ROLE_NONE: none), cut_bytes[role] its
+	 * size: a role without a member is then told apart from one whose
+	 * member is there but too short, which the user fixes otherwise.
+	 */
+	unsigned int cut[SB_MAX_ROLES];
+	uint64_t cut_bytes[SB_MAX_ROLES];
 	bool clean; /* every member given has the clean flag */
 	uint64_t member_bytes; /* each member must hold this many bytes */
 };

@@ -102,6 +102,14 @@ struct volume_info {
 	 * missing one.
 	 */
 	unsigned int order[64];
+	/*
+	 * A role whose member is there but too short to serve (left out):
+	 * cut[role] indexes cfg->members as order does (VOLUME_NO_MEMBER:
+	 * none), cut_bytes[role] is its size and member_bytes what each
+	 * member needs.
+	 */
+	unsigned int cut[64];
+	uint64_t cut_bytes[64], member_bytes;
 	bool active[64]; /* a mirror's roles in service at start */
 	bool rebuilding[64]; /* ... and those still being rebuilt */
 	bool resynced; /* a mirror found unclean and resynced at open */
