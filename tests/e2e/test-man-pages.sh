@@ -4,7 +4,8 @@
 # render with man(1) without a warning, and say what the programs do: every
 # option of "bionbd --help" (short and long form) is an item of bionbd(8)'s
 # OPTIONS and every item there is in --help, and its usage lines name the
-# options of the SYNOPSIS; every parameter of the
+# options of the SYNOPSIS (and --help gives the defaults the page gives
+# for --timeout, --log and --memory); every parameter of the
 # plugin's config help (nbdkit PLUGIN --help) is an item of
 # nbdkit-bio-plugin(1)'s PARAMETERS and the other way round; every
 # [server] key and every export key that bionbd accepts (as its message
@@ -105,6 +106,22 @@ section "$tmp/bionbd.txt" OPTIONS |
     grep -E -- '^ {7}(-[A-Za-z0-9]( [A-Z][A-Z_]*)?, )?--?[A-Za-z0-9][-A-Za-z0-9]*( [A-Z][A-Z_]*)?$' |
     option_names >"$tmp/page.opts"
 same_sets "options" "bionbd --help" "$tmp/help.opts" "bionbd(8) OPTIONS" "$tmp/page.opts"
+
+# Defaults the page gives that --help once left out (a reader of either
+# must learn the same): each option's lines joined into one, then the
+# words looked for there.
+help_item() { # OPTION: its line and continuation lines, joined
+    awk -v opt="$1" '
+        match($0, /^ +-/) && RLENGTH <= 9 { on = index($0, opt " ") > 0 }
+        on { sub(/^ +/, ""); printf "%s ", $0 }' "$tmp/help.txt"
+}
+help_says() { # OPTION REGEX
+    help_item "$1" | grep -qE -- "$2" ||
+        die "bionbd --help: $1 does not say /$2/: $(help_item "$1")"
+}
+help_says --timeout "default 5, 30 for RBD images"
+help_says --log "-f, --run, --exit-with-parent, socket activation"
+help_says --memory "at least 64M"
 
 # The usage lines of --help (up to the first blank line) and the SYNOPSIS
 # name the same options ("[-f]", "[--no-lock]"; the page adds the lines
