@@ -6,10 +6,13 @@
  * go to the connection's obuf; conn.c sends them.
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "handshake.h"
+#include "log.h"
 #include "wire.h"
 
 /* ---- output ---- */
@@ -88,6 +91,41 @@ static struct nbdl_export *find_export(struct conn *c, const uint8_t *name,
 	return nbdl_export_find(srv->exports, srv->nr_exports, name, len);
 }
 
+/* Of a name a client asked for, the bytes a log line shows. */
+#define NAME_SHOWN 64
+
+/*
+ * An export name not served, refused: said (-v) with the client, since a
+ * misspelt name in a client's configuration shows nowhere else.  The name
+ * is the client's bytes, up to 4096 of anything: printable ASCII as it
+ * is, any other byte (and the quote, the backslash) escaped, and cut.
+ */
+static void log_unknown_export(const struct conn *c, const char *opt,
+			       const uint8_t *name, uint32_t len)
+{
+	char text[NAME_SHOWN * 4 + 1], size[32] = "";
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < len && i < NAME_SHOWN; i++) {
+		uint8_t b = name[i];
+
+		if (b == '\'' || b == '\\')
+			n += (size_t)snprintf(text + n, sizeof(text) - n,
+					      "\\%c", b);
+		else if (b < 0x20 || b > 0x7e)
+			n += (size_t)snprintf(text + n, sizeof(text) - n,
+					      "\\x%02x", b);
+		else
+			text[n++] = (char)b;
+	}
+	text[n] = '\0';
+	if (len > NAME_SHOWN)
+		snprintf(size, sizeof(size), " (%" PRIu32 " bytes)", len);
+	srv_log_refused("connection %" PRIu64 " (%s): %s: no export '%s%s'%s: "
+			"refused",
+			c->id, c->peer, opt, text, size[0] ? "..." : "", size);
+}
+
 static void enter_transmission(struct conn *c, struct nbdl_export *e)
 {
 	/* Read by the statistics (main thread) without the worker. */
@@ -104,6 +142,8 @@ static int opt_export_name(struct conn *c)
 	uint8_t reply[EXPNAME_BYTES + EXPNAME_ZEROES];
 
 	if (!e) {
+		log_unknown_export(c, "NBD_OPT_EXPORT_NAME", c->optdata,
+				   c->optlen);
 		/* The option has no error reply: the spec says hang up. */
 		c->close_after_send = true;
 		return 0;
@@ -147,8 +187,13 @@ static int opt_info_go(struct conn *c)
 			want_desc = true;
 	}
 	e = find_export(c, d + 4, namelen);
-	if (!e)
+	if (!e) {
+		log_unknown_export(c,
+				   c->opt == NBD_OPT_GO ? "NBD_OPT_GO" :
+							  "NBD_OPT_INFO",
+				   d + 4, namelen);
 		return opt_error(c, NBD_REP_ERR_UNKNOWN, "unknown export");
+	}
 
 	put16(info + INFO_TYPE, NBD_INFO_EXPORT);
 	put64(info + INFO_EXPORT_SIZE, e->size_bytes);

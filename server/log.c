@@ -15,14 +15,29 @@
 #include <unistd.h>
 
 #include <bionbd/nbdl.h>
+#include <bionbd/plural.h>
 
 #include "log.h"
 
 static enum srv_log_dest dest;
 static bool verbose;
 static pthread_mutex_t limit_lock = PTHREAD_MUTEX_INITIALIZER;
-static double window_start;
-static unsigned int in_window, suppressed;
+
+/*
+ * One rate limit (log.h): errors have one, refused clients another, so
+ * that a client knocking at the door all day (-v) cannot hold back the
+ * errors of the members, nor the other way round.
+ */
+struct limit {
+	enum nbdl_level level; /* of its "held back" line */
+	const char *what;      /* "error": counted, with plural() */
+	double window_start;
+	unsigned int in_window, suppressed;
+};
+
+static struct limit errors = { .level = NBDL_ERROR, .what = "error" };
+static struct limit refusals = { .level = NBDL_DEBUG,
+				 .what = "refused client" };
 
 int srv_log_parse(const char *s, enum srv_log_dest *out)
 {
@@ -57,14 +72,14 @@ static void emit(enum nbdl_level level, const char *line)
 	(void)!write(STDERR_FILENO, buf, (size_t)n);
 }
 
-static void emit_held(unsigned int held)
+static void emit_held(const struct limit *l, unsigned int held)
 {
 	char line[128];
 
 	snprintf(line, sizeof(line),
-		 "%u more errors not logged (at most %u a second)", held,
-		 SRV_LOG_BURST);
-	emit(NBDL_ERROR, line);
+		 "%u more %s%s not logged (at most %u a second)", held,
+		 l->what, plural(held), SRV_LOG_BURST);
+	emit(l->level, line);
 }
 
 static double now_s(void)
@@ -75,42 +90,58 @@ static double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* An error may go out: not past the burst of its window. */
-static bool error_allowed(unsigned int *held)
+/* A line of @l may go out: not past the burst of its window. */
+static bool allowed(struct limit *l, unsigned int *held)
 {
 	double t = now_s();
 	bool ok;
 
 	pthread_mutex_lock(&limit_lock);
-	if (t - window_start >= SRV_LOG_WINDOW_S) {
-		window_start = t;
-		in_window = 0;
+	if (t - l->window_start >= SRV_LOG_WINDOW_S) {
+		l->window_start = t;
+		l->in_window = 0;
 	}
-	ok = in_window < SRV_LOG_BURST;
+	ok = l->in_window < SRV_LOG_BURST;
 	if (ok) {
-		in_window++;
-		*held = suppressed;
-		suppressed = 0;
+		l->in_window++;
+		*held = l->suppressed;
+		l->suppressed = 0;
 	} else {
-		suppressed++;
+		l->suppressed++;
 	}
 	pthread_mutex_unlock(&limit_lock);
 	return ok;
 }
 
-static void log_line(enum nbdl_level level, const char *fmt, va_list ap)
+/* A line at @level, under @l's limit when there is one. */
+static void log_limited(struct limit *l, enum nbdl_level level,
+			const char *fmt, va_list ap)
 {
 	unsigned int held = 0;
 	char line[1024];
 
 	if (dest == SRV_LOG_NULL || (level == NBDL_DEBUG && !verbose))
 		return;
-	if (level == NBDL_ERROR && !error_allowed(&held))
+	if (l && !allowed(l, &held))
 		return;
 	if (held)
-		emit_held(held);
+		emit_held(l, held);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	emit(level, line);
+}
+
+static void log_line(enum nbdl_level level, const char *fmt, va_list ap)
+{
+	log_limited(level == NBDL_ERROR ? &errors : NULL, level, fmt, ap);
+}
+
+void srv_log_refused(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_limited(&refusals, NBDL_DEBUG, fmt, ap);
+	va_end(ap);
 }
 
 void srv_log_start(enum srv_log_dest d, bool v)
@@ -132,14 +163,19 @@ void srv_log_reopen(void)
 
 void srv_log_stop(void)
 {
-	unsigned int held;
+	struct limit *const limits[] = { &errors, &refusals };
+	unsigned int held[2];
 
 	pthread_mutex_lock(&limit_lock);
-	held = suppressed;
-	suppressed = 0;
+	for (unsigned int i = 0; i < 2; i++) {
+		held[i] = limits[i]->suppressed;
+		limits[i]->suppressed = 0;
+	}
 	pthread_mutex_unlock(&limit_lock);
-	if (held && dest != SRV_LOG_NULL)
-		emit_held(held);
+	for (unsigned int i = 0; i < 2; i++)
+		if (held[i] && dest != SRV_LOG_NULL &&
+		    (limits[i]->level != NBDL_DEBUG || verbose))
+			emit_held(limits[i], held[i]);
 	if (dest == SRV_LOG_SYSLOG)
 		closelog();
 }

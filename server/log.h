@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * log.h - where bionbd's messages go (--log): stderr, syslog or nowhere;
- * debug lines only with -v; errors rate-limited.  Every part of the server
+ * debug lines only with -v; errors, and refused clients, rate-limited.  Every part of the server
  * and the NBD layer logs through nbdl_log(), which this module serves.
  */
 #ifndef BIONBD_LOG_H
@@ -31,6 +31,14 @@ int srv_log_parse(const char *s, enum srv_log_dest *out);
  * ident "bionbd", facility daemon); debug lines too when @verbose.
  */
 void srv_log_start(enum srv_log_dest dest, bool verbose);
+
+/**
+ * srv_log_refused - a client refused (an export name not served, ...): a
+ * debug line (-v), under a rate limit of its own, SRV_LOG_BURST in each
+ * SRV_LOG_WINDOW_S, so that a client retrying in a loop costs a few lines
+ * a second and never holds back the errors.
+ */
+void srv_log_refused(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /** srv_log_reopen - SIGHUP: reconnect to syslog (a restarted daemon). */
 void srv_log_reopen(void);

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Description: bionbd's log and signals.  With -f the log is stderr: the
 # start-up lines name the export, its size, members and stripe (in the
-# largest whole unit: 1M, not 1024K), and where it listens; -v adds debug lines (connections), which are absent without
-# it; --log=null writes nothing at all.  A member that fails every write
+# largest whole unit: 1M, not 1024K), and where it listens; -v adds debug lines (connections, an export name
+# not served: escaped, cut, rate-limited), which are absent without it; --log=null writes nothing at all.  A member that fails every write
 # (its tmpfs is full: ENOSPC) while a client sends 300 writes is logged
 # with its path, at most SRV_LOG_BURST (20) lines a second, followed by a
 # count of the ones held back; every write is still answered (ENOSPC) and
@@ -52,6 +52,39 @@ nbdinfo --size "$NBD_URI" >/dev/null || die "nbdinfo"
 stop_bionbd
 expect_grep '^bionbd: new connection' "$SERVER_LOG"
 expect_grep '^bionbd: connection closed' "$SERVER_LOG"
+
+log "-v: an export name not served, logged escaped, cut and rate-limited"
+start_bionbd -v -e served "${m[@]}"
+nbdpy - "$NBD_SOCK" <<'PY' || die "asking for export names not served"
+import sys
+from nbd_raw import (Raw, OPT_GO, OPT_EXPORT_NAME, REP_ERR_UNKNOWN, check)
+c = Raw(sys.argv[1])
+c.start(structured=False)
+c.send_opt(OPT_EXPORT_NAME, b"gone")
+c.expect_closed("EXPORT_NAME of an export not served")
+# 20 options a connection, under the server's cap on options.
+for names in (["no\x01such'\u00e9", "y" * 4096] + ["loop"] * 18,
+              ["loop"] * 20):
+    c = Raw(sys.argv[1])
+    c.start()
+    for name in names:
+        rtype, _ = c.info_go(OPT_GO, name)
+        check(rtype == REP_ERR_UNKNOWN, f"GO {name[:8]!r}: {rtype:#x}")
+    c.close()
+PY
+stop_bionbd
+expect_grep "^bionbd: connection 1 \(unix\): NBD_OPT_EXPORT_NAME: no export 'gone': refused$" "$SERVER_LOG"
+expect_grep "^bionbd: connection 2 \(unix\): NBD_OPT_GO: no export 'no\\\\x01such\\\\'\\\\xc3\\\\xa9': refused$" "$SERVER_LOG"
+expect_grep "^bionbd: connection 2 \(unix\): NBD_OPT_GO: no export 'y{64}\.\.\.' \(4096 bytes\): refused$" "$SERVER_LOG"
+# 20 a second at most: 3 lines above, so 17 of the 38, the rest counted.
+[[ $(grep -c "no export 'loop'" "$SERVER_LOG") -eq $((BURST - 3)) ]] ||
+    die "refusals not limited to $BURST a second: $(grep -c "no export 'loop'" "$SERVER_LOG") lines"
+expect_grep "^bionbd: [0-9]+ more refused clients? not logged \(at most $BURST a second\)$" "$SERVER_LOG"
+start_bionbd -e served "${m[@]}"
+nbdinfo --size "nbd+unix:///nosuch?socket=$NBD_SOCK" >/dev/null 2>&1 &&
+    die "nbdinfo of an export not served succeeded"
+stop_bionbd
+expect_no_grep "no export" "$SERVER_LOG"
 
 log "--log=null: nothing"
 start_bionbd --log=null -v "${m[@]}"
