@@ -208,6 +208,9 @@ static uint64_t jnum(const struct jv *v, const char *key)
 
 /* ---- the server's document ---- */
 
+/* Connection rows a report shows by default: a screen, with the rest. */
+#define STAT_TOP_CONNS 10
+
 struct row {
 	char name[256];
 	char state[32]; /* a mirror's member not active: why, else "" */
@@ -223,12 +226,15 @@ struct conn_row {
 	char export[64]; /* "" while it negotiates */
 	bool negotiating;
 	uint64_t buffer_bytes, buffer_waits;
+	uint64_t io_bytes; /* read and written, all its ops */
+	uint64_t shown_bytes; /* io_bytes, or over the interval: the order */
 };
 
 /* bionbd's payload buffers in flight, all workers. */
 struct buffers {
 	bool present; /* the document has them (bionbd, not older) */
-	uint64_t limit_bytes, inflight_bytes, waits, evictions;
+	bool stash_present; /* ... and the stash (not older either) */
+	uint64_t limit_bytes, inflight_bytes, waits, evictions, stash_bytes;
 };
 
 struct report {
@@ -305,6 +311,10 @@ static void conn_fill(struct conn_row *c, const struct jv *o)
 		 c->negotiating ? "" : exp->str);
 	c->buffer_bytes = jnum(o, "buffer_bytes");
 	c->buffer_waits = jnum(o, "buffer_waits");
+	for (int k = 0; k < REQ_OP_LAST; k++)
+		c->io_bytes += jnum(jget(jget(o, "ops"),
+					 nbdl_op_name((enum req_op)k)),
+				    "bytes");
 }
 
 static int report_parse(const char *text, size_t len, struct report *out)
@@ -328,6 +338,8 @@ static int report_parse(const char *text, size_t len, struct report *out)
 		out->buf.inflight_bytes = jnum(buf, "inflight_bytes");
 		out->buf.waits = jnum(buf, "waits");
 		out->buf.evictions = jnum(buf, "evictions");
+		out->buf.stash_present = jget(buf, "stash_bytes") != NULL;
+		out->buf.stash_bytes = jnum(buf, "stash_bytes");
 	}
 	conns = jget(&doc, "connections");
 	if (conns && conns->type == J_ARR && conns->nr) {
@@ -533,15 +545,34 @@ static const struct conn_row *find_prev_conn(const struct report *prev,
 }
 
 /*
- * bionbd's buffers in flight, then a row per open connection: what it
- * holds now, and its requests that waited for room (in total, or per
- * second over the interval when @secs is not 0, like the counts above).
+ * The busiest first: what a connection holds in flight now, then the
+ * bytes it moved (in the interval, or in all), then the oldest.
  */
-static void print_buffers(const struct report *cur, const struct report *prev,
-			  double secs)
+static int conn_busier(const void *a, const void *b)
+{
+	const struct conn_row *x = a, *y = b;
+
+	if (x->buffer_bytes != y->buffer_bytes)
+		return x->buffer_bytes > y->buffer_bytes ? -1 : 1;
+	if (x->shown_bytes != y->shown_bytes)
+		return x->shown_bytes > y->shown_bytes ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/*
+ * bionbd's buffers in flight, then a row per open connection, the
+ * busiest @top (all with 0): what it holds now, its requests that waited
+ * for room and the MiB it moved (in total, or per second over the
+ * interval when @secs is not 0, like the counts above); the rest summed
+ * in one row, since hundreds of rows would hide the ones that matter.
+ */
+static void print_buffers(struct report *cur, const struct report *prev,
+			  double secs, size_t top)
 {
 	uint64_t waits = cur->buf.waits, evictions = cur->buf.evictions;
+	uint64_t rest_bytes = 0, rest_waits = 0, rest_io = 0;
 	double div = secs ? secs : 1;
+	char stash[48] = "";
 
 	if (!cur->buf.present)
 		return;
@@ -549,24 +580,51 @@ static void print_buffers(const struct report *cur, const struct report *prev,
 		waits -= prev->buf.waits;
 		evictions -= prev->buf.evictions;
 	}
-	printf("buffers in flight: %.1f of %.1f MiB, %.0f %s, %.0f %s\n",
+	if (cur->buf.stash_present)
+		snprintf(stash, sizeof(stash), ", %.1f MiB stashed",
+			 cur->buf.stash_bytes / 1048576.0);
+	printf("buffers in flight: %.1f of %.1f MiB, %.0f %s, %.0f %s%s\n",
 	       cur->buf.inflight_bytes / 1048576.0,
 	       cur->buf.limit_bytes / 1048576.0, waits / div,
 	       secs ? "waits/s" : "waits", evictions / div,
-	       secs ? "evictions/s" : "evictions");
+	       secs ? "evictions/s" : "evictions", stash);
 	if (!cur->nr_conns)
 		return;
-	printf("%6s %-24s %-24s %8s %9s\n", "conn", "peer", "export",
-	       "bufMiB", secs ? "bwaits/s" : "bwaits");
+	for (size_t i = 0; i < cur->nr_conns; i++) {
+		struct conn_row *c = &cur->conns[i];
+		const struct conn_row *p = secs ? find_prev_conn(prev, c) : NULL;
+
+		c->shown_bytes = c->io_bytes - (p ? p->io_bytes : 0);
+	}
+	qsort(cur->conns, cur->nr_conns, sizeof(*cur->conns), conn_busier);
+	printf("%6s %-24s %-24s %8s %9s %9s\n", "conn", "peer", "export",
+	       "bufMiB", secs ? "bwaits/s" : "bwaits",
+	       secs ? "MiB/s" : "MiB");
 	for (size_t i = 0; i < cur->nr_conns; i++) {
 		const struct conn_row *c = &cur->conns[i];
 		const struct conn_row *p = secs ? find_prev_conn(prev, c) : NULL;
 		uint64_t w = c->buffer_waits - (p ? p->buffer_waits : 0);
 
-		printf("%6" PRIu64 " %-24.24s %-24.24s %8.1f %9.0f\n", c->id,
-		       c->peer, c->negotiating ? "-" :
+		if (top && i >= top) {
+			rest_bytes += c->buffer_bytes;
+			rest_waits += w;
+			rest_io += c->shown_bytes;
+			continue;
+		}
+		printf("%6" PRIu64 " %-24.24s %-24.24s %8.1f %9.0f %9.1f\n",
+		       c->id, c->peer, c->negotiating ? "-" :
 				c->export[0] ? c->export : "''",
-		       c->buffer_bytes / 1048576.0, w / div);
+		       c->buffer_bytes / 1048576.0, w / div,
+		       c->shown_bytes / 1048576.0 / div);
+	}
+	if (top && cur->nr_conns > top) {
+		char rest[64];
+
+		snprintf(rest, sizeof(rest), "%zu more (--connections all)",
+			 cur->nr_conns - top);
+		printf("%6s %-49s %8.1f %9.0f %9.1f\n", "+", rest,
+		       rest_bytes / 1048576.0, rest_waits / div,
+		       rest_io / 1048576.0 / div);
 	}
 }
 
@@ -574,7 +632,8 @@ static void print_buffers(const struct report *cur, const struct report *prev,
  * One report: totals since the server started (no @prev), else rates over
  * the interval since @prev and that interval's p99.
  */
-static void print_report(const struct report *cur, const struct report *prev)
+static void print_report(struct report *cur, const struct report *prev,
+			 size_t top)
 {
 	double secs = prev ? cur->time - prev->time : 0;
 	bool rates = prev && secs > 0;
@@ -635,7 +694,7 @@ static void print_report(const struct report *cur, const struct report *prev)
 		       io_stats_percentile(&d[REQ_OP_WRITE], 0.99) / 1e6,
 		       r->state[0] ? " " : "", r->state);
 	}
-	print_buffers(cur, prev, rates ? secs : 0);
+	print_buffers(cur, prev, rates ? secs : 0, top);
 	printf("%zu connection%s open\n", cur->nr_conns,
 	       cur->nr_conns == 1 ? "" : "s");
 	fflush(stdout);
@@ -654,17 +713,20 @@ int cmd_stat(int argc, char **argv)
 		{ "interval", required_argument, NULL, 'i' },
 		{ "count", required_argument, NULL, 'n' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "connections", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct report prev = { 0 }, cur;
 	double interval = 1;
 	long count = 0;
+	size_t top = STAT_TOP_CONNS; /* connection rows; 0: all */
 	bool json = false;
 	char why[PATH_MAX + 256];
 	int ch, r;
 
-	while ((ch = getopt_long(argc, argv, ":i:n:h", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":i:n:c:h", longopts, NULL)) !=
+	       -1) {
 		char *end;
 
 		switch (ch) {
@@ -682,6 +744,22 @@ int cmd_stat(int argc, char **argv)
 						   "number of reports, 1 or "
 						   "more", optarg);
 			break;
+		case 'c': {
+			long v;
+
+			if (!strcmp(optarg, "all")) {
+				top = 0;
+				break;
+			}
+			v = strtol(optarg, &end, 10);
+			if (*end || end == optarg || v < 1)
+				return usage_error("--connections %s: expected "
+						   "a number of rows, 1 or "
+						   "more, or all",
+						   optarg);
+			top = (size_t)v;
+			break;
+		}
 		case 'j': json = true; break;
 		case 'h': usage(stdout); return 0;
 		default: return bad_option("stat", ch, argv, longopts);
@@ -740,7 +818,7 @@ int cmd_stat(int argc, char **argv)
 		}
 		if (n)
 			putchar('\n');
-		print_report(&cur, n ? &prev : NULL);
+		print_report(&cur, n ? &prev : NULL, top);
 		report_free(&prev);
 		prev = cur;
 	}

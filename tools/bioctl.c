@@ -11,7 +11,8 @@
  *                  [--max-rate RATE] MEMBER...
  *   bioctl rebuild [--max-rate RATE] [--force] MEMBER...
  *                  --replace OLD NEW | --role R NEW
- *   bioctl stat [-i SECONDS] [-n COUNT] [--json] SOCKET|PIDFILE
+ *   bioctl stat [-i SECONDS] [-n COUNT] [-c N|all] [--json]
+ *               SOCKET|PIDFILE
  *   bioctl trace [-m MEMBER] [-e EXPORT] [-o OPS] [-r RANGE] [--min-lat US]
  *                [--max-lat US] [-a ACTIONS] [-s | --json] FILE
  *   bioctl [COMMAND] --help
@@ -90,7 +91,8 @@ void usage(FILE *f)
 	      "                      [--max-rate RATE] MEMBER...\n"
 	      "       bioctl rebuild [--max-rate RATE] [--force] MEMBER...\n"
 	      "                      --replace OLD NEW | --role R NEW\n"
-	      "       bioctl stat [-i SECONDS] [-n COUNT] [--json] SOCKET|PIDFILE\n"
+	      "       bioctl stat [-i SECONDS] [-n COUNT] [-c N|all] [--json]\n"
+	      "                   SOCKET|PIDFILE\n"
 	      "       bioctl trace [-m MEMBER] [-e EXPORT] [-o OPS] [-r RANGE]\n"
 	      "                    [--min-lat US] [--max-lat US] [-a ACTIONS]\n"
 	      "                    [-s | --json] FILE\n"
@@ -125,8 +127,9 @@ void usage(FILE *f)
 	      "stat:   a running bionbd's statistics from its control socket\n"
 	      "        (--control, or PIDFILE.ctl): totals, then every -i seconds\n"
 	      "        (default 1) rates and p99 latencies, -n reports (default:\n"
-	      "        until Ctrl-C); --json prints the server's document (once\n"
-	      "        unless -n).\n"
+	      "        until Ctrl-C); the busiest -c connections (--connections,\n"
+	      "        default 10, or all) and one row for the rest; --json\n"
+	      "        prints the server's document (once unless -n).\n"
 	      "trace:  a bio trace (bionbd --trace) like blkparse, one line per\n"
 	      "        event (filtered by member, export, op, range, latency),\n"
 	      "        then like btt: per op, per stage (queued, issued,\n"

@@ -26,7 +26,8 @@
 # them; a run that died while writing the superblocks (checkpoint "all
 # moved", some superblocks missing) is finished by running it again.  SIGINT stops a convert cleanly with how to resume.
 # bioctl stat on bionbd's pidfile shows its members and its buffers in
-# flight; on a member file, on
+# flight (the stash too), the busiest 10 connections first and a row
+# summing the others (-c all: every one); on a member file, on
 # bionbd's NBD socket, on a socket that says nothing and on one nothing
 # listens on: exit 1 within 8 s (not after the server's 10 s handshake
 # timeout), one line saying what it looked for and what it found; a
@@ -198,9 +199,46 @@ stat_refused() {
 expect_grep "^  \.\..*/h0 " out
 # bionbd's buffers in flight, none with no client (test-server-inflight.sh
 # has them busy).
-expect_grep "^buffers in flight: 0\.0 of [0-9]+\.[0-9] MiB, 0 waits, 0 evictions$" out
+expect_grep "^buffers in flight: 0\.0 of [0-9]+\.[0-9] MiB, 0 waits, 0 evictions, 0\.0 MiB stashed$" out
 # A striped volume's members have no state: the row ends at the p99s.
 ! grep -n ' $' out || die "stat PIDFILE: a line ends with a space"
+
+log "stat: the busiest 10 connections, one row for the rest; -c all"
+nbdpy - "$NBD_SOCK" "$BIOCTL" "$SERVER_PIDFILE" <<'PY' || die "stat with 13 connections"
+import re, subprocess, sys
+from nbd_raw import Raw, check
+conns = []
+for i in range(13):
+    c = Raw(sys.argv[1])
+    c.start()
+    c.go("")
+    conns.append(c)
+# The 7th to connect read 1 MiB (a read: the data is checked later):
+# the busiest, so the first row.
+conns[6].read(0, 1 << 20)
+def stat(*args):
+    return subprocess.run([sys.argv[2], "stat", "-n", "1", *args, sys.argv[3]],
+                          check=True, capture_output=True, text=True).stdout
+def rows(table):
+    return re.findall(r"^ *(\d+) unix +'' +[0-9.]+ +\d+ +([0-9.]+)$", table,
+                      re.M)
+table = stat()
+check(re.search(r"^ +conn peer +export +bufMiB +bwaits +MiB$", table, re.M),
+      f"no connections' header:\n{table}")
+r = rows(table)
+check(len(r) == 10 and r[0][1] == "1.0", f"not the busiest 10:\n{table}")
+check(re.search(r"^ +\+ 3 more \(--connections all\) +0\.0 +0 +0\.0$",
+                table, re.M), f"no row for the other 3:\n{table}")
+check("\n13 connections open" in table, f"count:\n{table}")
+table = stat("-c", "all")
+check(len(rows(table)) == 13 and "more (--connections" not in table,
+      f"-c all:\n{table}")
+table = stat("--connections", "12")
+check(len(rows(table)) == 12 and " 1 more (" in table, f"-c 12:\n{table}")
+for c in conns:
+    c.close()
+PY
+usage_error "--connections 0: expected a number of rows" stat -c 0 u0
 stat_refused "h0: not a control socket \(nor is h0\.ctl: No such file or directory\)$" h0
 stat_refused "${NBD_SOCK//./\\.}: an NBD server's socket, not a control socket" "$NBD_SOCK"
 # A socket that takes the connection and says nothing until bioctl gives

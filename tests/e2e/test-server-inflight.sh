@@ -343,13 +343,14 @@ def table_check():
         [os.environ["BIOCTL"], "stat", "-n", "1", os.environ["PIDFILE"]],
         check=True, capture_output=True, text=True).stdout
     m = re.search(r"^buffers in flight: [0-9.]+ of 64\.0 MiB, (\d+) waits, "
-                  r"(\d+) evictions$", table, re.M)
+                  r"(\d+) evictions, [0-9.]+ MiB stashed$", table, re.M)
     check(m and int(m[1]) >= 3 and int(m[2]) >= 2,
           f"bioctl stat: no buffers line with the waits:\n{table}")
-    check(re.search(r"^ +conn peer +export +bufMiB +bwaits$", table, re.M),
+    check(re.search(r"^ +conn peer +export +bufMiB +bwaits +MiB$", table,
+                    re.M),
           f"bioctl stat: no connections' header:\n{table}")
     rows = {int(r[0]): (float(r[1]), int(r[2])) for r in re.findall(
-        r"^ *(\d+) unix +'' +([0-9.]+) +(\d+)$", table, re.M)}
+        r"^ *(\d+) unix +'' +([0-9.]+) +(\d+) +[0-9.]+$", table, re.M)}
     return rows, table
 
 
