@@ -219,7 +219,21 @@ def stashes():
     clients = [connect_go(sock, structured=False) for _ in range(160)]
     tail = b"".join(raw.Raw.req_bytes(raw.CMD_READ, 2 + k, 0, 4096)
                     for k in range((128 << 10) // 28))
+    # F's first read is copied into its buffer after fill() returns: on a
+    # loaded machine that growth would land between the two samples.  So
+    # wait until F's second read waits (the first holds its buffer), and
+    # until the RSS stops moving.
+    for _ in range(50):
+        if stats()["buffers"]["waits"] - waits >= 1:
+            break
+        time.sleep(0.1)
     rss0 = rss_mib(pid)
+    for _ in range(20):
+        time.sleep(0.2)
+        now = rss_mib(pid)
+        if abs(now - rss0) < 0.5:
+            break
+        rss0 = now
     for c in clients:
         c.send(c.req_bytes(raw.CMD_READ, 1, 32 * MIB, 32 * MIB) + tail)
     for _ in range(30):
