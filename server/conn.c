@@ -196,14 +196,34 @@ static void conn_drain(struct conn *c)
 }
 
 /*
+ * @r, read but not started, is answered with NBD_ESHUTDOWN if the rest of
+ * its payload, @missing bytes, is in the @n stashed; otherwise the client
+ * is still sending it, and the request is dropped like the bytes still in
+ * the socket: a reply before its request was all sent is one the client
+ * cannot place (libnbd: "no matching cookie found for server reply"), and
+ * cannot obey either (NBD_ESHUTDOWN asks for NBD_CMD_DISC, which cannot
+ * come before the payload).  Returns whether it was answered.
+ */
+static bool conn_stop_answer(struct nbd_req *r, size_t missing, size_t n)
+{
+	if (missing > n) {
+		req_free(r, false);
+		return false;
+	}
+	req_answer(r, NBD_ESHUTDOWN);
+	return true;
+}
+
+/*
  * The server stops: as conn_drain, but what was read and not started is
  * answered with NBD_ESHUTDOWN, not dropped: the request waiting for
- * buffer room, a write whose payload is partly here, and the requests
- * stashed in pend behind a pause or a spent turn.  proto.md: a server
- * shutting down SHOULD serve the requests in flight, and the errors it
- * gives instead SHOULD be NBD_ESHUTDOWN; the client, which sent them,
- * would otherwise see the connection close with no answer to them.
- * Whatever is still in the socket was never read and is not answered.
+ * buffer room, a write whose payload is here, and the requests stashed in
+ * pend behind a pause or a spent turn.  proto.md: a server shutting down
+ * SHOULD serve the requests in flight, and the errors it gives instead
+ * SHOULD be NBD_ESHUTDOWN; the client, which sent them, would otherwise
+ * see the connection close with no answer to them.  Whatever is still in
+ * the socket was never read and is not answered, nor is a write whose
+ * payload is partly there (conn_stop_answer).
  */
 static void conn_stop(struct conn *c)
 {
@@ -211,6 +231,7 @@ static void conn_stop(struct conn *c)
 	size_t n = c->pend_len, skip = 0;
 	struct nbd_req *r;
 	uint32_t payload;
+	bool whole = true; /* the requests read so far were read whole */
 
 	if (c->dead) {
 		conn_drain(c);
@@ -225,18 +246,19 @@ static void conn_stop(struct conn *c)
 		c->held = NULL;
 		/* Held before its payload was taken: pend starts with it. */
 		skip = r->type == NBD_CMD_WRITE ? r->len : 0;
-		req_answer(r, NBD_ESHUTDOWN);
+		whole = conn_stop_answer(r, skip, n);
 	}
 	if ((r = c->rx)) {
 		c->rx = NULL;
 		skip = r->len - r->have;
-		req_answer(r, NBD_ESHUTDOWN);
+		whole = conn_stop_answer(r, skip, n);
 	}
 	/* Stops at DISC, lost framing, or a payload cut short. */
-	while (p && n >= skip && n - skip >= NBD_REQUEST_BYTES) {
+	while (whole && p && n >= skip && n - skip >= NBD_REQUEST_BYTES) {
 		p += skip;
 		n -= skip;
-		if (req_answer_hdr(c, p, NBD_ESHUTDOWN, &payload))
+		if (req_answer_hdr(c, p, n - NBD_REQUEST_BYTES, NBD_ESHUTDOWN,
+				   &payload))
 			break;
 		p += NBD_REQUEST_BYTES;
 		n -= NBD_REQUEST_BYTES;

@@ -192,8 +192,8 @@ void req_answer(struct nbd_req *r, uint32_t err)
 	reply_queue(r);
 }
 
-int req_answer_hdr(struct conn *c, const uint8_t *h, uint32_t err,
-		   uint32_t *payload)
+int req_answer_hdr(struct conn *c, const uint8_t *h, size_t have,
+		   uint32_t err, uint32_t *payload)
 {
 	struct nbd_req *r;
 	int rc = req_new(c, h, &r);
@@ -201,6 +201,11 @@ int req_answer_hdr(struct conn *c, const uint8_t *h, uint32_t err,
 	if (rc)
 		return rc;
 	*payload = r->type == NBD_CMD_WRITE ? r->len : 0;
+	if (*payload > have) {
+		/* Not all read: the client is still sending it. */
+		req_free(r, false);
+		return -EAGAIN;
+	}
 	req_answer(r, err);
 	return 0;
 }

@@ -98,12 +98,14 @@ void req_answer(struct nbd_req *r, uint32_t err);
 
 /**
  * req_answer_hdr - req_answer() for the request whose header @hdr was read
- * on @c but not parsed yet; @payload: the bytes of payload that follow the
- * header (a write's).  Returns 0, REQ_DISC, or -errno (not a request, or
+ * on @c but not parsed yet, @have bytes read after it; @payload: the bytes
+ * of payload that follow the header (a write's).  Returns 0, REQ_DISC,
+ * -EAGAIN (a write whose payload is not all in @have: its client is still
+ * sending it, and it is dropped unanswered), or -errno (not a request, or
  * no memory).
  */
-int req_answer_hdr(struct conn *c, const uint8_t *hdr, uint32_t err,
-		   uint32_t *payload);
+int req_answer_hdr(struct conn *c, const uint8_t *hdr, size_t have,
+		   uint32_t err, uint32_t *payload);
 
 /** req_run - the whole request is here: answer it or start its I/O. */
 void req_run(struct nbd_req *r);

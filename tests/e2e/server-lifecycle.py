@@ -270,25 +270,34 @@ def unstarted():
     for buffer room; on D, sent after C's, a 32 KiB write waits for
     buffer room too, its whole payload read and kept in the connection's
     stash, with reads, a write and a flush behind it there (none of D's
-    starts).  Each connection's requests go in one send, small enough to
-    reach the server at once.  Then SIGTERM: the started reads are
-    answered with their data, every other request the server read gets
-    NBD_ESHUTDOWN (proto.md: a server shutting down SHOULD serve what is
-    in flight, and errors it gives for it SHOULD be ESHUTDOWN), and none
-    is left unanswered."""
+    starts); on E, a 32 MiB write waits for buffer room with a part of its
+    payload sent; on F, a 1 MiB write is partly received.
+    Each connection's requests go in one send, small enough to reach the
+    server at once.  Then SIGTERM: the started reads are answered with
+    their data, every other request the server read gets NBD_ESHUTDOWN
+    (proto.md: a server shutting down SHOULD serve what is in flight, and
+    errors it gives for it SHOULD be ESHUTDOWN), and none is left
+    unanswered.  A write whose payload the client is still sending is not
+    all read, and gets no answer (before, NBD_ESHUTDOWN, which libnbd took
+    for a reply to no command of its: "no matching cookie found for
+    server reply, this is probably a bug in the server")."""
     sock = os.environ["NBD_SOCK"]
     pid = int(os.environ["SERVER_PID"])
     conns = {}
     try:
-        for name, structured, reads, rlen, writes in (
-                ("A", True, 300, BLOCK, 3), ("B", False, 300, BLOCK, 0),
-                ("C", True, 5, 32 * M, 0), ("D", True, 3, BLOCK, 1)):
+        # cut: the length of a last write, and the part of its payload sent
+        for name, structured, reads, rlen, writes, cut in (
+                ("A", True, 300, BLOCK, 3, (BLOCK, 256)),
+                ("B", False, 300, BLOCK, 0, None),
+                ("C", True, 5, 32 * M, 0, None),
+                ("D", True, 3, BLOCK, 1, None),
+                ("E", True, 0, 0, 0, (32 * M, 128 * 1024)),
+                ("F", True, 0, 0, 0, (M, 300 * 1024))):
             c = raw.connect_go(sock, structured=structured, timeout=30)
             blob = b""
             if name == "D":
-                # After C's reads took the share, whichever connection
-                # the worker reads first: this write must wait for room.
-                time.sleep(0.3)
+                # C's reads took the share: this write waits for room,
+                # and nothing behind it starts.
                 blob += c.req_bytes(raw.CMD_WRITE, 0, 56 * M, 32 * K,
                                     payload=b"d" * (32 * K))
                 for j in range(1, reads + 1):
@@ -307,11 +316,13 @@ def unstarted():
             for j in range(reads, reads + writes):
                 blob += c.req_bytes(raw.CMD_WRITE, j, 40 * M + j * 512, 512,
                                     payload=b"w" * 512)
-            if writes:  # a last write, its payload cut short
+            if cut:  # a last write, its payload cut short
                 blob += c.req_bytes(raw.CMD_WRITE, reads + writes, 48 * M,
-                                    BLOCK, payload=b"h" * 256)
+                                    cut[0], payload=b"h" * cut[1])
             c.send(blob)
-            conns[name] = (c, reads, reads + writes + (1 if writes else 0))
+            conns[name] = (c, reads, reads + writes)
+            if name == "C":
+                time.sleep(0.5)  # its reads take the share before D's write
         time.sleep(1)  # read by the server, the reads held by the delay
         os.kill(pid, signal.SIGTERM)
         for name, (c, reads, total) in conns.items():
@@ -324,10 +335,17 @@ def unstarted():
                     got[r[0].cookie] = c.error_of(r)
             except raw.Closed:
                 pass
+            check(total not in got,
+                  f"{name}: the write whose payload was cut short "
+                  f"(cookie {total}) was answered")
             check(sorted(got) == list(range(total)),
                   f"{name}: {total} requests sent, answered "
                   f"{len(got)}: {sorted(set(range(total)) - set(got))[:8]} "
                   f"... left without a reply")
+            if not total:
+                log(f"unstarted: {name}: the write cut short got no answer")
+                c.close()
+                continue
             ok = [k for k in range(total) if got[k] == 0]
             check(ok == list(range(len(ok))) and
                   (0 < len(ok) < reads if reads else not ok),

@@ -12,7 +12,8 @@
 # server read wait to start (behind the per-connection limit, or for
 # buffer room, a read or a write whose payload sits whole in the stash
 # with requests behind it): they get NBD_ESHUTDOWN, the started ones their
-# data.  Daemon mode (no -f): returns once serving, pidfile written,
+# data; writes whose payload is still being sent (half stashed, held for
+# buffer room, half received) get no answer.  Daemon mode (no -f): returns once serving, pidfile written,
 # SIGTERM removes socket and pidfile.  --help and --version; a mistyped
 # option or a missing argument: getopt's line and "Try 'bionbd --help'.",
 # exit 1.  Config errors (missing member, stripe size not a power of two,
@@ -107,7 +108,8 @@ for be in $BACKENDS; do
 
     # ---- SIGTERM while requests the server read wait to start (behind
     # the per-connection limit, or for buffer room): those started are
-    # answered, the others get NBD_ESHUTDOWN, none is dropped unanswered.
+    # answered, the others get NBD_ESHUTDOWN, none is dropped unanswered
+    # but a write whose payload the client is still sending.
     log "$be: SIGTERM with requests read but not started"
     start_bionbd -t 1 --backend "$be" --inflight-memory 64M \
         --delay 'member=* op=read ms=4000' "${members[@]}"
