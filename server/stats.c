@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -358,6 +359,13 @@ void srv_stats_start(struct ev_loop *loop, struct server *srv,
 void srv_stats_stop(struct ev_loop *loop)
 {
 	ev_signal_stop(loop, &usr1_w);
+	/*
+	 * The server has its exports still to close (their final flush, a
+	 * mirror's clean mark) and its pidfile to remove: a snapshot asked
+	 * for from now on must not take SIGUSR1's default action, which
+	 * would end the process there.
+	 */
+	signal(SIGUSR1, SIG_IGN);
 	ev_timer_stop(loop, &interval_w);
 	if (control_fd >= 0) {
 		ev_io_stop(loop, &control_w);

@@ -32,7 +32,10 @@ void srv_stats_start(struct ev_loop *loop, struct server *srv,
 /* --stats FILE now (written aside, then renamed); 0 or -errno, logged. */
 int srv_stats_write(void);
 
-/* Stop the watchers; close and remove the control socket. */
+/*
+ * Stop the watchers, SIGUSR1 ignored from then on (the server finishes);
+ * close and remove the control socket.
+ */
 void srv_stats_stop(struct ev_loop *loop);
 
 void srv_stats_release(void);

@@ -23,7 +23,8 @@
 # directory, two of its own files at one path, ...): exit 1 with one line naming the option or key and the
 # value (a [server] key by its file and line, also a user, path or address
 # found wrong only when it is used), and nothing created, no socket left
-# either.  Both backends where it matters.
+# either.  SIGUSR1 and SIGHUP while the server finishes (its final flush
+# held): still exit 0, pidfile removed.  Both backends where it matters.
 source "$(dirname "$0")/functions.sh"
 
 requires_nbdpy
@@ -183,6 +184,29 @@ for f in "$asan_log".*; do
     [[ -e $f ]] || continue
     check_sanitizer_log "$f"
 done
+
+# ---- SIGUSR1 (a statistics snapshot) and SIGHUP (log reopened) while the
+# server finishes: its final flush held 1.5 s by a delay rule, a SIGUSR1
+# and a SIGHUP every 0.1 s from the SIGTERM on.  It still exits 0 and
+# removes its pidfile (before, SIGUSR1's default action killed it once
+# the statistics had stopped: status 138, members not closed, pidfile
+# left).
+log "SIGUSR1 and SIGHUP while the server finishes"
+d=$tmp/late-signals
+mkdir -p "$d"
+start_bionbd --size 8M --delay 'op=flush ms=1500' "$d/m0"
+kill -TERM "$SERVER_PID"
+for ((n = 0; n < 50; n++)); do
+    kill -USR1 "$SERVER_PID" 2>/dev/null || break
+    kill -HUP "$SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+done
+wait_exit "$SERVER_PID" 15
+SERVER_PID=
+check_sanitizer_log "$SERVER_LOG"
+[[ $exit_rc -eq 0 ]] || die "signals while finishing: exit status $exit_rc"
+[[ ! -e $NBD_SOCK ]] || die "signals while finishing: socket left"
+[[ ! -e $SERVER_PIDFILE ]] || die "signals while finishing: pidfile left"
 
 # ---- --help, --version, bad options
 log "--help, --version"
