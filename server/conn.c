@@ -918,11 +918,14 @@ static uint64_t sendfile_trace(const struct nbd_req *r,
 				.obj = m->src->trace_id,
 				.status = err };
 
+	uint64_t now = ev.time_ns;
+
 	if (t0)
-		ev.lat_ns = ev.time_ns - t0;
+		ev.lat_ns = now - t0;
+	/* It makes ev.time_ns relative to the trace's start: not a t0. */
 	if (ev.obj)
 		trace_emit(&ev);
-	return ev.time_ns;
+	return now;
 }
 
 /* Send up to @len zero bytes; as send(2) (-1 and errno), EINTR retried. */

@@ -15,7 +15,8 @@
 # are lost and counted: what the file holds plus what it says it lost is
 # exactly what the requests made, and the server reports the loss.
 # bionbd only: a bad --trace path or --trace-buffer is a one-line error;
-# reads sent with sendfile from tmpfs members are traced per member too.
+# reads sent with sendfile from tmpfs members are traced per member too,
+# their member latency (D2C) from their own D event.
 source "$(dirname "$0")/functions.sh"
 
 requires_server
@@ -263,6 +264,13 @@ PY
         [[ $n -ge 32 ]] || die "$n sendfile events: $(head sf.txt)"
         awk '$4 == "D" && $7 !~ /^m[0-3]$/ { exit 1 }' sf.txt ||
             die "sendfile events without their member"
+        # A sendfile's C event times it from its D event: well under the
+        # run's few seconds (it was once the clock's whole reading, hours).
+        "$BIOCTL" trace -s --json sf.bin | py -c '
+import json, sys
+d2c = json.load(sys.stdin)["stages"]["D2C"]
+sys.exit(0 if d2c["max_us"] < 10e6 else "D2C max %.0f us" % d2c["max_us"])
+' || die "sendfile reads: member latencies wrong"
     else
         echo "trace: no tmpfs at /dev/shm; sendfile reads not traced here" >&2
     fi
