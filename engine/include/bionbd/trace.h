@@ -161,8 +161,8 @@ uint64_t trace_now(void);
 /**
  * trace_emit - record one event (time_ns an absolute trace_now() time,
  * which it may rewrite in @ev, relative to the trace's start; len and
- * thread are filled in).  Drops it, counted, when this thread's ring is full or the
- * trace has stopped.
+ * thread are filled in).  Drops it, counted, when this thread's ring is
+ * full or the trace has stopped.
  */
 void trace_emit(struct trace_rec *ev);
 
