@@ -1622,8 +1622,8 @@ int main(int argc, char **argv)
 		if (cl.nr_members || cl.nr_spares || cl.stripe_size || cl.size ||
 		    cl.level || cl.copies || cl.export_name ||
 		    cl.description || cl.nr_faults || cl.no_statistics ||
-		    cl.no_lock || cl.degraded)
-			die("-c %s: member files, --spare, --level, --copies, --stripe-size, --size, --fault, --delay, --no-statistics, --no-lock, --degraded, -e and --description belong in the config file",
+		    cl.no_lock || cl.degraded || cl.timeout)
+			die("-c %s: member files, --spare, --level, --copies, --stripe-size, --size, --fault, --delay, --timeout, --no-statistics, --no-lock, --degraded, -e and --description belong in the config file",
 			    cl.conf_path);
 		if (conf_load(&conf, cl.conf_path, err, sizeof(err)))
 			die("%s", err);

@@ -394,6 +394,13 @@ conf rtimeout <<'EOF'
     timeout = 2.5
 EOF
 refuse '[^ ]*rtimeout\.conf:3: \[export one\] timeout=2\.5: no member is remote' -c "$c/rtimeout.conf"
+# --timeout is the command line's export's, as --size is: with -c it would
+# time out nothing, the file's exports having their own timeout = S.
+conf ltimeout <<'EOF'
+[export one]
+    file = a.img
+EOF
+refuse '-c .*--timeout.*belong in the config file' -c "$c/ltimeout.conf" --timeout 5
 # A [server] setting found wrong only when it is used (a path, a user,
 # an address) is named by its line as well, not as the flag it stands for.
 server_key() { # KEY VALUE PATTERN: refused, naming the line KEY = VALUE
