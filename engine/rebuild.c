@@ -306,6 +306,16 @@ static int rebuild_member(struct mirror_target *mt, unsigned int m,
 	pthread_mutex_lock(&mt->lock);
 	/* The statistics go from copied to active at once. */
 	mt->rb.copying = false;
+	/*
+	 * Marked faulty since the loop last looked (a client write failed
+	 * on it during the last step or the flush; a record-only try has no
+	 * step at all): recorded active, it would serve reads without the
+	 * write it missed.
+	 */
+	if (atomic_load(&mt->state[m]) != MIRROR_REBUILDING) {
+		pthread_mutex_unlock(&mt->lock);
+		return -EIO; /* marked faulty: said so already */
+	}
 	{
 		uint8_t state[MIRROR_MAX_MEMBERS];
 

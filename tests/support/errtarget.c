@@ -48,8 +48,12 @@ static bool rule_matches(const struct error_rule *r, const struct bio *bio)
 	return off < rend && end > r->offset;
 }
 
-/* Returns the error to fail @bio with, or 0. */
-static int error_target_check(struct error_target *et, const struct bio *bio)
+/*
+ * Returns the error to fail @bio with, or 0; *@before (with *@arg) is a
+ * matching rule's call to make first.
+ */
+static int error_target_check(struct error_target *et, const struct bio *bio,
+			      void (**before)(void *), void **arg)
 {
 	int err = 0;
 
@@ -66,6 +70,10 @@ static int error_target_check(struct error_target *et, const struct bio *bio)
 		if (s->r.count && n - s->r.skip >= s->r.count)
 			continue;
 		err = s->r.error;
+		if (s->r.before && !*before) {
+			*before = s->r.before;
+			*arg = s->r.arg;
+		}
 	}
 	pthread_mutex_unlock(&et->lock);
 	return err;
@@ -74,8 +82,12 @@ static int error_target_check(struct error_target *et, const struct bio *bio)
 static void error_submit(struct target *t, struct bio *bio)
 {
 	struct error_target *et = to_err(t);
-	int err = error_target_check(et, bio);
+	void (*before)(void *) = NULL;
+	void *arg = NULL;
+	int err = error_target_check(et, bio, &before, &arg);
 
+	if (before)
+		before(arg);
 	if (err) {
 		target_report_error(t, bio, err);
 		bio_io_error(bio, err);
@@ -124,7 +136,8 @@ int error_target_add_rule(struct target *t, const struct error_rule *rule)
 	struct error_target *et = to_err(t);
 	struct err_rule_state *v;
 
-	if (t->ops != &error_target_ops || rule->error >= 0 ||
+	if (t->ops != &error_target_ops || rule->error > 0 ||
+	    (!rule->error && !rule->before) ||
 	    rule->op >= REQ_OP_LAST)
 		return -EINVAL;
 	pthread_mutex_lock(&et->lock);

@@ -19,6 +19,13 @@ struct error_rule {
 	int error; /* -errno to complete matching bios with */
 	unsigned int skip; /* let this many matching bios through first */
 	unsigned int count; /* then fail this many; 0 = all */
+	/*
+	 * With @error 0: called (without the target's lock) before each
+	 * matching bio passes, to run something while the caller's bio is
+	 * under way (a race made deterministic).
+	 */
+	void (*before)(void *arg);
+	void *arg;
 };
 
 /**

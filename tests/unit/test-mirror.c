@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
@@ -689,6 +690,68 @@ static void case_rebuild_record_retry(void)
 	printf("rebuild record retry: ok\n");
 }
 
+/*
+ * A client write that fails on the rebuilt member while the rebuild's
+ * last flush of it is under way: the write's thread, with its own queue.
+ */
+static void *failing_write_main(void *arg)
+{
+	struct fixture *f = arg;
+	unsigned char buf[4096];
+	struct ioq *q = NULL;
+
+	CHECK_EQ(ioq_create(&q, IOQ_THREADS, 0), 0);
+	ioq_set_current(q);
+	memset(buf, 0x77, sizeof(buf));
+	fail_member(f, 1, REQ_OP_WRITE, -EIO, 0);
+	/* Member 0 took it: the write succeeds, member 1 is marked faulty. */
+	CHECK_EQ(do_io(f->t, REQ_OP_WRITE, 0, sizeof(buf), buf), 0);
+	memcpy(f->model, buf, sizeof(buf));
+	ioq_set_current(NULL);
+	ioq_destroy(q);
+	return NULL;
+}
+
+static void failing_write_during_flush(void *arg)
+{
+	pthread_t th;
+
+	CHECK_EQ(pthread_create(&th, NULL, failing_write_main, arg), 0);
+	CHECK_EQ(pthread_join(th, NULL), 0);
+}
+
+/*
+ * The rebuilt member faulted by a client write between the rebuild's last
+ * copy step and its record (here: during the final flush) stays faulty:
+ * the record must not make it active again, with the write it missed.
+ */
+static void case_rebuild_fault_before_record(void)
+{
+	uint8_t state[2] = { MIRROR_ACTIVE, MIRROR_REBUILDING }, st[MAXN];
+	struct fixture f;
+	struct error_rule rule = { .op = REQ_OP_FLUSH, .count = 1,
+				   .before = failing_write_during_flush,
+				   .arg = &f };
+
+	fixture_setup_state(&f, 2, 2, 4u << 20, state, NULL);
+	fill(&f, 0, 4u << 20, 61);
+	CHECK_EQ(error_target_add_rule(f.err[1], &rule), 0);
+	target_start(f.t);
+	for (int i = 0; i < 1000; i++) {
+		mirror_state_get(f.t, st, f.n);
+		if (st[1] != MIRROR_REBUILDING)
+			break;
+		usleep(10000);
+	}
+	/* Time for a record that would override the fault. */
+	usleep(200000);
+	mirror_state_get(f.t, st, f.n);
+	CHECK_EQ(st[1], MIRROR_FAULTY);
+	CHECK_EQ(f.hooks.last_state[1], MIRROR_FAULTY);
+	fixture_teardown(&f);
+	printf("rebuild fault before record: ok\n");
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -788,6 +851,7 @@ int main(void)
 	case_rebuild_resume();
 	case_rebuild_flush();
 	case_rebuild_record_retry();
+	case_rebuild_fault_before_record();
 	case_rebuild_progress();
 	case_spare_takeover(2, 2);
 	case_spare_takeover(4, 2);
