@@ -358,14 +358,22 @@ void srv_stats_start(struct ev_loop *loop, struct server *srv,
 
 void srv_stats_stop(struct ev_loop *loop)
 {
-	ev_signal_stop(loop, &usr1_w);
+	sigset_t usr1;
+
 	/*
 	 * The server has its exports still to close (their final flush, a
 	 * mirror's clean mark) and its pidfile to remove: a snapshot asked
 	 * for from now on must not take SIGUSR1's default action, which
-	 * would end the process there.
+	 * would end the process there.  Stopping the watcher restores that
+	 * action before it is ignored, so the signal is held off meanwhile
+	 * (workers never take it: their mask blocks it).
 	 */
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &usr1, NULL);
+	ev_signal_stop(loop, &usr1_w);
 	signal(SIGUSR1, SIG_IGN);
+	pthread_sigmask(SIG_UNBLOCK, &usr1, NULL);
 	ev_timer_stop(loop, &interval_w);
 	if (control_fd >= 0) {
 		ev_io_stop(loop, &control_w);
