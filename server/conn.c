@@ -124,17 +124,29 @@ static void conn_drop_replies(struct conn *c)
 	c->oq_tail = &c->oq_head;
 }
 
+/* The request waiting for buffer room, out of the queue; NULL if none. */
+static struct nbd_req *conn_take_held(struct conn *c)
+{
+	struct nbd_req *r = c->held;
+
+	if (r) {
+		inflight_cancel(worker_lane(c->w, c->bwait.need_bytes),
+				&c->bwait);
+		c->held = NULL;
+	}
+	return r;
+}
+
 /*
  * No more requests: the one waiting for buffer room is dropped unstarted,
  * like those still in pend or the socket.
  */
 static void conn_unhold(struct conn *c)
 {
-	if (!c->held)
-		return;
-	inflight_cancel(worker_lane(c->w, c->bwait.need_bytes), &c->bwait);
-	req_free(c->held, false);
-	c->held = NULL;
+	struct nbd_req *r = conn_take_held(c);
+
+	if (r)
+		req_free(r, false);
 }
 
 /*
@@ -196,25 +208,6 @@ static void conn_drain(struct conn *c)
 }
 
 /*
- * @r, read but not started, is answered with NBD_ESHUTDOWN if the rest of
- * its payload, @missing bytes, is in the @n stashed; otherwise the client
- * is still sending it, and the request is dropped like the bytes still in
- * the socket: a reply before its request was all sent is one the client
- * cannot place (libnbd: "no matching cookie found for server reply"), and
- * cannot obey either (NBD_ESHUTDOWN asks for NBD_CMD_DISC, which cannot
- * come before the payload).  Returns whether it was answered.
- */
-static bool conn_stop_answer(struct nbd_req *r, size_t missing, size_t n)
-{
-	if (missing > n) {
-		req_free(r, false);
-		return false;
-	}
-	req_answer(r, NBD_ESHUTDOWN);
-	return true;
-}
-
-/*
  * The server stops: as conn_drain, but what was read and not started is
  * answered with NBD_ESHUTDOWN, not dropped: the request waiting for
  * buffer room, a write whose payload is here, and the requests stashed in
@@ -223,7 +216,7 @@ static bool conn_stop_answer(struct nbd_req *r, size_t missing, size_t n)
  * SHOULD be NBD_ESHUTDOWN; the client, which sent them, would otherwise
  * see the connection close with no answer to them.  Whatever is still in
  * the socket was never read and is not answered, nor is a write whose
- * payload is partly there (conn_stop_answer).
+ * payload is partly there (req_answer).
  */
 static void conn_stop(struct conn *c)
 {
@@ -240,18 +233,15 @@ static void conn_stop(struct conn *c)
 	c->draining = true;
 	c->paused = true;
 	ev_io_stop(c->w->loop, &c->rio);
-	if ((r = c->held)) {
-		inflight_cancel(worker_lane(c->w, c->bwait.need_bytes),
-				&c->bwait);
-		c->held = NULL;
+	if ((r = conn_take_held(c))) {
 		/* Held before its payload was taken: pend starts with it. */
 		skip = r->type == NBD_CMD_WRITE ? r->len : 0;
-		whole = conn_stop_answer(r, skip, n);
+		whole = req_answer(r, skip, n, NBD_ESHUTDOWN);
 	}
 	if ((r = c->rx)) {
 		c->rx = NULL;
 		skip = r->len - r->have;
-		whole = conn_stop_answer(r, skip, n);
+		whole = req_answer(r, skip, n, NBD_ESHUTDOWN);
 	}
 	/* Stops at DISC, lost framing, or a payload cut short. */
 	while (whole && p && n >= skip && n - skip >= NBD_REQUEST_BYTES) {

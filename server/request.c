@@ -182,14 +182,26 @@ int req_begin(struct conn *c, const uint8_t *h, struct nbd_req **out)
 	return req_take_buf(r);
 }
 
-void req_answer(struct nbd_req *r, uint32_t err)
+bool req_answer(struct nbd_req *r, size_t missing, size_t have,
+		uint32_t err)
 {
+	/*
+	 * A reply before its request was all sent is one the client cannot
+	 * place (libnbd: "no matching cookie found for server reply"), and
+	 * cannot obey either (NBD_ESHUTDOWN asks for NBD_CMD_DISC, which
+	 * cannot come before the payload).
+	 */
+	if (missing > have) {
+		req_free(r, false);
+		return false;
+	}
 	/* One refused already keeps its reason: its answer needs no payload. */
 	if (!r->err) {
 		r->err = err;
 		r->why = NULL;
 	}
 	reply_queue(r);
+	return true;
 }
 
 int req_answer_hdr(struct conn *c, const uint8_t *h, size_t have,
@@ -201,13 +213,7 @@ int req_answer_hdr(struct conn *c, const uint8_t *h, size_t have,
 	if (rc)
 		return rc;
 	*payload = r->type == NBD_CMD_WRITE ? r->len : 0;
-	if (*payload > have) {
-		/* Not all read: the client is still sending it. */
-		req_free(r, false);
-		return -EAGAIN;
-	}
-	req_answer(r, err);
-	return 0;
+	return req_answer(r, *payload, have, err) ? 0 : -EAGAIN;
 }
 
 /* ---- carrying out ---- */

@@ -92,9 +92,13 @@ int req_take_buf(struct nbd_req *r);
 
 /**
  * req_answer - answer @r, read but never to be started (the server stops),
- * with NBD error @err, unless it was refused already.
+ * with NBD error @err, unless it was refused already; but if the @missing
+ * bytes of its payload still to come are not all in the @have read after
+ * it, the client is still sending it, and @r is dropped unanswered (a
+ * reply it could not place yet).  Returns whether @r was answered.
  */
-void req_answer(struct nbd_req *r, uint32_t err);
+bool req_answer(struct nbd_req *r, size_t missing, size_t have,
+		uint32_t err);
 
 /**
  * req_answer_hdr - req_answer() for the request whose header @hdr was read
